@@ -1,0 +1,5 @@
+import sys
+
+from gpuqueue.cli import main
+
+sys.exit(main())

@@ -1,0 +1,25 @@
+"""The `gpuqueue` console command: one entry point, one subcommand per component."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuqueue", description="GPU job queueing for Kubernetes, Kueue-compatible.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from extender.simulate.command import add_parser as add_simulate
+
+    add_simulate(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
