@@ -1,0 +1,48 @@
+"""What the engine decides; the simulator reports these, the controller carries them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from extender.quota.model import Admission
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    key: str
+    admission: Admission
+    # Victims whose eviction makes the room; the controller must see them gone before it
+    # unsuspends this Job. The engine already counts the room as this workload's.
+    after_evicting: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    key: str
+    cluster_queue: str
+    preemptor: str
+    preemptor_cluster_queue: str
+    reason: str  # InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing
+
+
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """Evicted for a reason other than preemption (a stopped queue)."""
+
+    key: str
+    cluster_queue: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    key: str
+    cluster_queue: str | None
+    message: str
+    reason: str = "Inadmissible"
+
+
+Decision = Admitted | Preempted | Evicted | Pending
+
+PENDING_EVALUATION = "Workload is pending evaluation in the scheduling queue"

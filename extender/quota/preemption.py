@@ -1,0 +1,202 @@
+"""Classical preemption: which admitted workloads to evict so a pending one fits.
+
+Kueue's rules: within a ClusterQueue by priority (`withinClusterQueue`); across the
+cohort only from ClusterQueues that borrow (`reclaimWithinCohort`), so a queue within its
+guarantee is never a target; borrowing while preempting only with `borrowWithinCohort`.
+Candidates are tried in order (other queues first, lowest priority, most recently
+admitted) until the workload fits, then the set is shrunk back to a minimal one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from extender.quota import flavorassigner as fa
+from extender.quota.model import FlavorResource, WorkloadSpec
+
+if TYPE_CHECKING:
+    from extender.quota.state import AdmittedWorkload, ClusterState
+    from extender.quota.tree import QuotaNode
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    victim: "AdmittedWorkload"
+    reason: str
+
+
+def uses_resources(victim: "AdmittedWorkload", frs: set[FlavorResource]) -> bool:
+    return any(fr in frs for fr in victim.admission.usage)
+
+
+def cq_is_borrowing(node: "QuotaNode", frs: Iterable[FlavorResource]) -> bool:
+    return any(node.is_borrowing(fr) for fr in frs)
+
+
+def queue_under_nominal(node: "QuotaNode", frs: Iterable[FlavorResource]) -> bool:
+    return all(node.usage.get(fr, 0) < node.subtree_quota.get(fr, 0) for fr in frs)
+
+
+def workload_fits(state: "ClusterState", cq: str, request: dict[FlavorResource, int], allow_borrowing: bool) -> bool:
+    node = state.cq_nodes[cq]
+    for fr, v in request.items():
+        if not allow_borrowing and node.borrowing_with(fr, v):
+            return False
+        if v > node.available(fr):
+            return False
+    return True
+
+
+def candidate_order_key(preemptor_cq: str):
+    """Evicting first, other ClusterQueues first, lowest priority, most recently admitted."""
+
+    def key(w: "AdmittedWorkload"):
+        return (
+            0 if w.evicting else 1,
+            0 if w.admission.cluster_queue != preemptor_cq else 1,
+            w.spec.priority,
+            (-w.admitted_at[0], -w.admitted_at[1]),
+        )
+
+    return key
+
+
+class ClassicalPreemptor:
+    def __init__(self, state: "ClusterState") -> None:
+        self.state = state
+
+    # -- candidates -------------------------------------------------------------
+    def find_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> list["AdmittedWorkload"]:
+        state = self.state
+        spec = state.cq_specs[cq_name]
+        node = state.cq_nodes[cq_name]
+        policy = spec.preemption
+        out: list[AdmittedWorkload] = []
+        if policy.within_cluster_queue != "Never":
+            consider_same = policy.within_cluster_queue == "LowerOrNewerEqualPriority"
+            for cand in state.admitted_in(cq_name):
+                if cand.spec.priority > wl.priority:
+                    continue
+                if cand.spec.priority == wl.priority and not (consider_same and wl_before(wl, cand)):
+                    continue
+                if uses_resources(cand, frs):
+                    out.append(cand)
+        if node.parent is not None and policy.reclaim_within_cohort != "Never":
+            only_lower = policy.reclaim_within_cohort != "Any"
+            for other in node.root().cluster_queues():
+                if other is node or not cq_is_borrowing(other, frs):
+                    continue
+                for cand in state.admitted_in(other.name):
+                    if only_lower and cand.spec.priority >= wl.priority:
+                        continue
+                    if uses_resources(cand, frs):
+                        out.append(cand)
+        out.sort(key=candidate_order_key(cq_name))
+        return out
+
+    # -- targets --------------------------------------------------------------------
+    def get_targets(
+        self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource]
+    ) -> list[Target]:
+        candidates = self.find_candidates(wl, cq_name, frs)
+        if not candidates:
+            return []
+        node = self.state.cq_nodes[cq_name]
+        same_queue = [c for c in candidates if c.admission.cluster_queue == cq_name]
+        if len(same_queue) == len(candidates):
+            return self.minimal_preemptions(cq_name, request, frs, candidates, True, None)
+        spec = self.state.cq_specs[cq_name]
+        if spec.preemption.borrow_within_cohort != "Never":
+            threshold = wl.priority
+            mpt = spec.preemption.max_priority_threshold
+            if mpt is not None and mpt < threshold:
+                threshold = mpt + 1
+            if not queue_under_nominal(node, frs):
+                candidates = [
+                    c for c in candidates if c.admission.cluster_queue == cq_name or c.spec.priority < threshold
+                ]
+            return self.minimal_preemptions(cq_name, request, frs, candidates, True, threshold)
+        if queue_under_nominal(node, frs):
+            targets = self.minimal_preemptions(cq_name, request, frs, candidates, False, None)
+            if targets:
+                return targets
+        return self.minimal_preemptions(cq_name, request, frs, same_queue, True, None)
+
+    def minimal_preemptions(
+        self,
+        cq_name: str,
+        request: dict[FlavorResource, int],
+        frs: set[FlavorResource],
+        candidates: list["AdmittedWorkload"],
+        allow_borrowing: bool,
+        borrow_below_priority: int | None,
+    ) -> list[Target]:
+        state = self.state
+        targets: list[Target] = []
+        fits = False
+        for cand in candidates:
+            cand_cq = cand.admission.cluster_queue
+            same = cand_cq == cq_name
+            reason = IN_CLUSTER_QUEUE if same else IN_COHORT_RECLAMATION
+            if not same and not cq_is_borrowing(state.cq_nodes[cand_cq], frs):
+                continue
+            if not same and borrow_below_priority is not None:
+                if cand.spec.priority >= borrow_below_priority:
+                    allow_borrowing = False
+                else:
+                    reason = IN_COHORT_RECLAIM_WHILE_BORROWING
+            state.remove_usage(cand)
+            targets.append(Target(cand, reason))
+            if workload_fits(state, cq_name, request, allow_borrowing):
+                fits = True
+                break
+        if not fits:
+            for t in targets:
+                state.add_usage(t.victim)
+            return []
+        targets = self._fill_back(cq_name, request, targets, allow_borrowing)
+        for t in targets:
+            state.add_usage(t.victim)
+        return targets
+
+    def _fill_back(
+        self, cq_name: str, request: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
+    ) -> list[Target]:
+        """Give back, latest first (but never the last one taken), every victim the workload
+        still fits without."""
+        state = self.state
+        kept = list(targets)
+        for i in range(len(kept) - 2, -1, -1):
+            state.add_usage(kept[i].victim)
+            if workload_fits(state, cq_name, request, allow_borrowing):
+                kept[i] = kept[-1]
+                kept.pop()
+            else:
+                state.remove_usage(kept[i].victim)
+        return kept
+
+    # -- the flavor assigner's oracle ---------------------------------------------------
+    def simulate(self, cq_name: str, wl: WorkloadSpec, fr: FlavorResource, val: int) -> tuple[int, int]:
+        targets = self.get_targets(wl, cq_name, {fr: val}, {fr})
+        if not targets:
+            return fa.P_NO_CANDIDATES, 0
+        state = self.state
+        for t in targets:
+            state.remove_usage(t.victim)
+        borrow, _ = state.cq_nodes[cq_name].height_of_lowest_subtree_that_fits(fr, val)
+        for t in targets:
+            state.add_usage(t.victim)
+        if any(t.victim.admission.cluster_queue == cq_name for t in targets):
+            return fa.P_PREEMPT, borrow
+        return fa.P_RECLAIM, borrow
+
+
+def wl_before(a: WorkloadSpec, b: "AdmittedWorkload") -> bool:
+    """Is `a` ahead of the admitted `b` in queue order (older)?"""
+    return (a.created, a.seq) < (b.spec.created, b.spec.seq)

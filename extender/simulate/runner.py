@@ -1,0 +1,328 @@
+"""The simulator's timeline: scripted events and job completions drive the real engine."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from extender.quota import convert
+from extender.quota import decisions as d
+from extender.quota.engine import QuotaEngine
+from extender.quota.fairsharing import FairSharing
+from extender.simulate.placement import NodePlacer
+from extender.simulate.scenario import Event, Scenario, job_key, job_runtime
+from gpuqueue.api import core, kueue
+from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass
+class JobRecord:
+    key: str
+    cluster_queue: str | None = None
+    runtime: float | None = None  # total admitted seconds it needs; None: until finished
+    progress: float = 0.0
+    admitted_at: float | None = None
+    state: str = "pending"  # pending | admitted | finished | deleted | unmanaged
+
+
+@dataclass
+class Step:
+    time: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        cfg = scenario.configuration or kueue.Configuration()
+        fair = None
+        if cfg.fair_sharing is not None:
+            fair = FairSharing(strategies=tuple(cfg.fair_sharing.preemption_strategies))
+        self.engine = QuotaEngine(fair_sharing=fair)
+        self.priorities = convert.PriorityResolver()
+        self.queue_view = StaticQueueView()
+        selector = cfg.managed_jobs_namespace_selector
+        self.jobs_config = ManagedJobsConfig(
+            manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
+            **({"managed_jobs_namespace_selector": selector.to_dict()} if selector is not None else {}),
+        )
+        self.placer = NodePlacer() if scenario.has_nodes else None
+        self.jobs: dict[str, JobRecord] = {}
+        self.cq_order: list[str] = []
+        self.flavor_order: list[str] = []
+        self.preemptions = 0
+        self._generated = 0
+        self._last_usage: dict[str, dict[tuple[str, str], int]] = {}
+        self.now = 0.0
+
+    # -- objects -------------------------------------------------------------------------------
+    def apply(self, obj: BaseModel) -> list[dict[str, Any]]:
+        """Create or replace an object; returns report events (for Jobs)."""
+        e = self.engine
+        if isinstance(obj, kueue.ResourceFlavor):
+            e.set_flavor(convert.flavor_spec(obj))
+            if obj.metadata.name not in self.flavor_order:
+                self.flavor_order.append(obj.metadata.name)
+        elif isinstance(obj, kueue.Cohort):
+            e.set_cohort(convert.cohort_spec(obj))
+        elif isinstance(obj, kueue.ClusterQueue):
+            e.set_cluster_queue(convert.cluster_queue_spec(obj))
+            if obj.metadata.name not in self.cq_order:
+                self.cq_order.append(obj.metadata.name)
+            for rg in obj.spec.resource_groups:
+                for f in rg.flavors:
+                    if f.name not in self.flavor_order:
+                        self.flavor_order.append(f.name)
+        elif isinstance(obj, kueue.LocalQueue):
+            spec = convert.local_queue_spec(obj)
+            e.set_local_queue(spec)
+            self.queue_view.local_queues.add((spec.namespace, spec.name))
+        elif isinstance(obj, kueue.WorkloadPriorityClass):
+            self.priorities.set_workload_priority_class(obj)
+            if obj.metadata.annotations.get(DEFAULT_PRIORITY_CLASS_ANNOTATION) == "true":
+                self.queue_view.default_priority_class_name = obj.metadata.name
+        elif isinstance(obj, core.PriorityClass):
+            self.priorities.set_priority_class(obj)
+        elif isinstance(obj, core.Namespace):
+            labels = {"kubernetes.io/metadata.name": obj.metadata.name, **obj.metadata.labels}
+            e.set_namespace(obj.metadata.name, labels)
+            self.queue_view.namespaces[obj.metadata.name] = labels
+        elif isinstance(obj, core.Node):
+            assert self.placer is not None
+            self.placer.set_node(obj)
+        elif isinstance(obj, core.Job):
+            return self.submit(obj)
+        return []
+
+    def delete(self, kind: str, name: str, namespace: str | None) -> list[dict[str, Any]]:
+        e = self.engine
+        if kind == "Job":
+            return self.remove_job(f"{namespace}/{name}", "Deleted")
+        if kind == "ResourceFlavor":
+            e.remove_flavor(name)
+        elif kind == "Cohort":
+            e.remove_cohort(name)
+        elif kind == "ClusterQueue":
+            e.remove_cluster_queue(name)
+        elif kind == "LocalQueue":
+            e.remove_local_queue(namespace or "default", name)
+            self.queue_view.local_queues.discard((namespace or "default", name))
+        elif kind == "WorkloadPriorityClass":
+            self.priorities.workload_classes.pop(name, None)
+        elif kind == "PriorityClass":
+            self.priorities.pod_classes.pop(name, None)
+        elif kind == "Namespace":
+            e.set_namespace(name, {"kubernetes.io/metadata.name": name})
+            self.queue_view.namespaces.pop(name, None)
+        elif kind == "Node" and self.placer is not None:
+            self.placer.remove_node(name)
+        return []
+
+    # -- jobs -------------------------------------------------------------------------------------
+    def _generate_name(self, prefix: str) -> str:
+        self._generated += 1
+        digest = hashlib.sha256(f"{prefix}{self._generated}".encode()).digest()
+        return prefix + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
+
+    def submit(self, job: core.Job) -> list[dict[str, Any]]:
+        job = job.model_copy(deep=True)
+        if not job.metadata.namespace:
+            job.metadata.namespace = "default"
+        if not job.metadata.name:
+            job.metadata.name = self._generate_name(job.metadata.generate_name or "job-")
+        key = job_key(job)
+        existing = self.jobs.get(key)
+        if existing is not None and existing.state not in ("deleted",):
+            return [{"kind": "Rejected", "job": key, "message": f'jobs.batch "{job.metadata.name}" already exists'}]
+        result = mutate_job(job.to_dict(), self.queue_view, self.jobs_config)
+        if not result.managed:
+            self.jobs[key] = JobRecord(key, state="unmanaged")
+            return [{"kind": "Ignored", "job": key, "message": f"not managed by gpuqueue: {result.reason.removeprefix('unmanaged: ')}"}]
+        mutated = core.Job.model_validate(result.job)
+        wl = convert.workload_from_job(mutated, self.priorities, created=self.now, seq=self.engine.next_seq())
+        if result.queue_name is None:
+            wl.queue_name = ""
+        self.engine.submit(wl)
+        self.jobs[key] = JobRecord(key, runtime=job_runtime(job))
+        return []
+
+    def remove_job(self, key: str, kind: str) -> list[dict[str, Any]]:
+        rec = self.jobs.get(key)
+        if rec is None or rec.state in ("finished", "deleted"):
+            return []
+        if rec.state == "unmanaged":
+            rec.state = "deleted" if kind == "Deleted" else "finished"
+            return [{"kind": kind, "job": key}]
+        cq = self.engine.admission(key).cluster_queue if self.engine.is_admitted(key) else rec.cluster_queue
+        self.engine.finish(key)
+        if self.placer is not None:
+            self.placer.release(key)
+        rec.state = "finished" if kind == "Finished" else "deleted"
+        rec.admitted_at = None
+        ev: dict[str, Any] = {"kind": kind, "job": key}
+        if cq:
+            ev["clusterQueue"] = cq
+        return [ev]
+
+    # -- the timeline -------------------------------------------------------------------------
+    def _next_completion(self) -> tuple[float, str] | None:
+        best: tuple[float, str] | None = None
+        for key, rec in self.jobs.items():
+            if rec.state == "admitted" and rec.runtime is not None and rec.admitted_at is not None:
+                t = rec.admitted_at + (rec.runtime - rec.progress)
+                if best is None or (t, key) < best:
+                    best = (t, key)
+        return best
+
+    def run(self, until: float | None = None):
+        """Yields one Step per instant at which anything happened."""
+        events = list(self.scenario.events)
+        idx = 0
+        first = True
+        while True:
+            candidates = []
+            if first:
+                candidates.append(0.0)
+            if idx < len(events):
+                candidates.append(events[idx].at)
+            completion = self._next_completion()
+            if completion is not None:
+                candidates.append(completion[0])
+            if not candidates:
+                return
+            t = min(candidates)
+            if until is not None and t > until:
+                return
+            self.now = t
+            step = Step(time=t)
+            if first:
+                for obj in self.scenario.objects:
+                    step.events.extend(self.apply(obj))
+                for job in self.scenario.jobs:
+                    step.events.extend(self.submit(job))
+                first = False
+            # completions first: a job whose time is up is done before anything else happens
+            for key, rec in sorted(self.jobs.items()):
+                if rec.state == "admitted" and rec.runtime is not None and rec.admitted_at is not None:
+                    if rec.admitted_at + (rec.runtime - rec.progress) <= t + 1e-9:
+                        step.events.extend(self.remove_job(key, "Finished"))
+            while idx < len(events) and events[idx].at == t:
+                step.events.extend(self._run_event(events[idx]))
+                idx += 1
+            step.events.extend(self._schedule(t))
+            step.usage = self._usage_changes()
+            if step.events or step.usage:
+                yield step
+
+    def _run_event(self, ev: Event) -> list[dict[str, Any]]:
+        if ev.action == "submit":
+            assert isinstance(ev.obj, core.Job)
+            return self.submit(ev.obj)
+        if ev.action == "apply":
+            assert ev.obj is not None
+            return self.apply(ev.obj)
+        if ev.action == "finish":
+            assert ev.job is not None
+            return self.remove_job(ev.job, "Finished")
+        assert ev.ref is not None
+        return self.delete(ev.ref.kind, ev.ref.name, ev.ref.namespace)
+
+    def _schedule(self, now: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for dec in self.engine.schedule(now):
+            if isinstance(dec, d.Admitted):
+                out.extend(self._on_admitted(dec, now))
+            elif isinstance(dec, d.Preempted):
+                self._stop_running(dec.key, now)
+                self.preemptions += 1
+                out.append({"kind": "Preempted", "job": dec.key, "clusterQueue": dec.cluster_queue,
+                            "preemptor": dec.preemptor, "reason": dec.reason})
+            elif isinstance(dec, d.Evicted):
+                self._stop_running(dec.key, now)
+                out.append({"kind": "Evicted", "job": dec.key, "clusterQueue": dec.cluster_queue,
+                            "reason": dec.reason, "message": dec.message})
+            elif isinstance(dec, d.Pending):
+                rec = self.jobs[dec.key]
+                rec.cluster_queue = dec.cluster_queue
+                ev: dict[str, Any] = {"kind": "Pending", "job": dec.key}
+                if dec.cluster_queue is not None:
+                    ev["clusterQueue"] = dec.cluster_queue
+                ev["message"] = dec.message
+                out.append(ev)
+        return out
+
+    def _stop_running(self, key: str, now: float) -> None:
+        rec = self.jobs[key]
+        if rec.admitted_at is not None:
+            rec.progress += now - rec.admitted_at
+        rec.admitted_at = None
+        rec.state = "pending"
+        if self.placer is not None:
+            self.placer.release(key)
+
+    def _on_admitted(self, dec: d.Admitted, now: float) -> list[dict[str, Any]]:
+        rec = self.jobs[dec.key]
+        rec.state = "admitted"
+        rec.admitted_at = now
+        rec.cluster_queue = dec.admission.cluster_queue
+        ev: dict[str, Any] = {
+            "kind": "Admitted",
+            "job": dec.key,
+            "clusterQueue": dec.admission.cluster_queue,
+            "flavors": dict(sorted(dec.admission.flavors_of("main").items())),
+            "borrowing": dec.admission.borrowing,
+        }
+        out = [ev]
+        if self.placer is not None:
+            placed = self.placer.place(dec.key, self.engine, dec.admission)
+            if placed.nodes is not None:
+                ev["nodes"] = placed.nodes
+            else:
+                out.append({"kind": "Unschedulable", "job": dec.key, "clusterQueue": dec.admission.cluster_queue,
+                            "message": placed.message})
+        return out
+
+    # -- reporting --------------------------------------------------------------------------------
+    def usage_of(self, cq: str) -> dict[tuple[str, str], int]:
+        return {fr: v for fr, v in self.engine.usage(cq).items() if v}
+
+    def _usage_changes(self) -> dict[str, dict[str, dict[str, str]]]:
+        changed: dict[str, dict[str, dict[str, str]]] = {}
+        names = set(self.engine.state.cq_specs) | set(self._last_usage)
+        for cq in sorted(names, key=self._cq_sort_key):
+            now = self.usage_of(cq)
+            if now != self._last_usage.get(cq, {}):
+                changed[cq] = format_usage(now)
+                self._last_usage[cq] = now
+        return changed
+
+    def _cq_sort_key(self, cq: str) -> tuple[int, str]:
+        return (self.cq_order.index(cq) if cq in self.cq_order else len(self.cq_order), cq)
+
+    def summary(self, last_time: float) -> dict[str, Any]:
+        admitted = sorted(k for k, r in self.jobs.items() if r.state == "admitted")
+        finished = sorted(k for k, r in self.jobs.items() if r.state == "finished")
+        pending = [
+            {"job": k, "message": self.engine.pending_message(k) or ""}
+            for k, r in sorted(self.jobs.items())
+            if r.state == "pending"
+        ]
+        usage = {cq: format_usage(self.usage_of(cq)) for cq in sorted(self.engine.state.cq_specs, key=self._cq_sort_key)}
+        return {"final": {"time": last_time, "admitted": admitted, "finished": finished, "pending": pending,
+                          "preemptions": self.preemptions, "usage": usage}}
+
+
+def format_usage(usage: dict[tuple[str, str], int]) -> dict[str, dict[str, str]]:
+    from gpuqueue.api.quantity import format_engine_int
+
+    out: dict[str, dict[str, str]] = {}
+    for (flavor, res), v in sorted(usage.items()):
+        out.setdefault(flavor, {})[res] = format_engine_int(res, v)
+    return out

@@ -1,0 +1,309 @@
+"""Reading a scenario file (SIMULATE.md): every document checked, every error named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpuqueue.api import core, kueue
+from gpuqueue.api.quantity import QuantityError
+
+SCENARIO_API = "gpuqueue.io/v1alpha1"
+RUNTIME_ANNOTATION = "gpuqueue.io/runtime-seconds"
+
+# kind -> (accepted apiVersions, model)
+KINDS: dict[str, tuple[tuple[str, ...], type[BaseModel]]] = {
+    "ResourceFlavor": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.ResourceFlavor),
+    "Cohort": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1"), kueue.Cohort),
+    "ClusterQueue": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.ClusterQueue),
+    "LocalQueue": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.LocalQueue),
+    "WorkloadPriorityClass": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.WorkloadPriorityClass),
+    "Configuration": (("config.kueue.x-k8s.io/v1beta2", "config.kueue.x-k8s.io/v1beta1"), kueue.Configuration),
+    "Namespace": (("v1",), core.Namespace),
+    "Node": (("v1",), core.Node),
+    "PriorityClass": (("scheduling.k8s.io/v1",), core.PriorityClass),
+    "Job": (("batch/v1",), core.Job),
+}
+NAMESPACED = {"LocalQueue", "Job"}
+
+
+class ScenarioError(Exception):
+    """An invalid scenario: the message names the document and the field."""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    name: str
+    namespace: str | None = None
+
+
+@dataclass
+class Event:
+    at: float
+    order: int  # position in the file: events at the same instant run in file order
+    action: str  # submit | apply | finish | delete
+    obj: BaseModel | None = None  # submit / apply
+    job: str | None = None  # finish: namespace/name
+    ref: ObjectRef | None = None  # delete
+    where: str = ""  # for messages: "events[3]"
+
+
+@dataclass
+class Scenario:
+    objects: list[BaseModel] = field(default_factory=list)  # quota objects, namespaces, nodes, ... in order
+    jobs: list[core.Job] = field(default_factory=list)  # submitted at time 0
+    events: list[Event] = field(default_factory=list)
+    configuration: kueue.Configuration | None = None
+    source: str = "<scenario>"
+
+    @property
+    def has_nodes(self) -> bool:
+        return any(isinstance(o, core.Node) for o in self.objects) or any(
+            e.action == "apply" and isinstance(e.obj, core.Node) for e in self.events
+        )
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _describe(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return ""
+    kind = doc.get("kind")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = meta.get("name") or meta.get("generateName")
+    if kind and name:
+        ns = meta.get("namespace")
+        return f" ({kind} {ns + '/' if ns else ''}{name})"
+    return f" ({kind})" if kind else ""
+
+
+def _validation_message(exc: ValidationError, prefix: str) -> str:
+    err = exc.errors()[0]
+    path = _loc(tuple(err["loc"]))
+    if prefix:
+        path = f"{prefix}.{path}" if path else prefix
+    msg = err["msg"]
+    if err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "value_error" and msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{path}: {msg}" if path else msg
+
+
+def parse_object(doc: Any, where: str, prefix: str = "") -> BaseModel:
+    """One Kubernetes object of a kind the scenario accepts; ScenarioError otherwise."""
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: {prefix + ': ' if prefix else ''}expected an object, got {type(doc).__name__}")
+    kind = doc.get("kind")
+    api = doc.get("apiVersion")
+    pre = f"{prefix}." if prefix else ""
+    if kind not in KINDS:
+        known = ", ".join(sorted(KINDS))
+        raise ScenarioError(f"{where}: {pre}kind: unknown kind {kind!r} (known: {known}, Scenario)")
+    versions, model = KINDS[kind]
+    if api not in versions:
+        raise ScenarioError(f"{where}: {pre}apiVersion: {kind} must be one of {', '.join(versions)}, got {api!r}")
+    try:
+        obj = model.model_validate(doc)
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {_validation_message(exc, prefix)}") from None
+    except QuantityError as exc:  # pragma: no cover - pydantic wraps these
+        raise ScenarioError(f"{where}: {prefix}: {exc}") from None
+    meta = getattr(obj, "metadata", None)
+    if meta is not None and not meta.name and not (kind == "Job" and meta.generate_name):
+        raise ScenarioError(f"{where}: {pre}metadata.name: required field is missing")
+    if kind == "Job":
+        _check_job(obj, where, pre)
+    return obj
+
+
+def _check_job(job: core.Job, where: str, pre: str) -> None:
+    if not job.spec.template.spec.containers:
+        raise ScenarioError(f"{where}: {pre}spec.template.spec.containers: Required value")
+    raw = job.metadata.annotations.get(RUNTIME_ANNOTATION)
+    if raw is not None:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not (seconds > 0) or seconds != seconds or seconds == float("inf"):
+            raise ScenarioError(
+                f"{where}: {pre}metadata.annotations[{RUNTIME_ANNOTATION}]: must be a positive number of seconds, got {raw!r}"
+            )
+
+
+def job_runtime(job: core.Job) -> float | None:
+    raw = job.metadata.annotations.get(RUNTIME_ANNOTATION)
+    return float(raw) if raw is not None else None
+
+
+def job_key(job: core.Job) -> str:
+    return f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
+
+
+def _number(value: Any, where: str, name: str, minimum: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(f"{where}.{name}: must be a number, got {value!r}")
+    if integer and int(value) != value:
+        raise ScenarioError(f"{where}.{name}: must be a whole number, got {value!r}")
+    if value < minimum or value != value or value == float("inf"):
+        raise ScenarioError(f"{where}.{name}: must be >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+_EVENT_ACTIONS = ("submit", "apply", "finish", "delete")
+
+
+def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
+    raw = doc.get("events")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where}: events: must be a list")
+    out: list[Event] = []
+    order = order_start
+    for i, ev in enumerate(raw):
+        ew = f"events[{i}]"
+        if not isinstance(ev, dict):
+            raise ScenarioError(f"{where}: {ew}: must be a mapping")
+        if "at" not in ev:
+            raise ScenarioError(f"{where}: {ew}.at: required field is missing")
+        at = _number(ev["at"], f"{where}: {ew}", "at", 0)
+        actions = [a for a in _EVENT_ACTIONS if a in ev]
+        unknown = sorted(set(ev) - set(_EVENT_ACTIONS) - {"at", "every", "count"})
+        if unknown:
+            raise ScenarioError(f"{where}: {ew}.{unknown[0]}: unknown field (an event has at, every, count and one of {', '.join(_EVENT_ACTIONS)})")
+        if len(actions) != 1:
+            raise ScenarioError(f"{where}: {ew}: needs exactly one of {', '.join(_EVENT_ACTIONS)}")
+        action = actions[0]
+        every = count = None
+        if "every" in ev or "count" in ev:
+            if "count" not in ev:
+                raise ScenarioError(f"{where}: {ew}.count: required with every")
+            count = int(_number(ev["count"], f"{where}: {ew}", "count", 1, integer=True))
+            every = _number(ev.get("every", 0), f"{where}: {ew}", "every", 0)
+        body = ev[action]
+        template = _parse_action(action, body, f"{where}: {ew}.{action}", where, f"{ew}.{action}")
+        for n in range(count or 1):
+            e = Event(at=at + n * (every or 0), order=order, action=action, where=ew, **template)
+            if action == "submit" and count:
+                e.obj = _nth_job(template["obj"], n)
+            out.append(e)
+            order += 1
+    return out
+
+
+def _nth_job(job: core.Job, n: int) -> core.Job:
+    copy = job.model_copy(deep=True)
+    if copy.metadata.name:
+        copy.metadata.name = f"{job.metadata.name}-{n}"
+    return copy
+
+
+def _parse_action(action: str, body: Any, full: str, where: str, prefix: str) -> dict[str, Any]:
+    if action == "submit":
+        obj = parse_object(body, where, prefix)
+        if not isinstance(obj, core.Job):
+            raise ScenarioError(f"{full}: submit takes a batch/v1 Job, got {obj.__class__.__name__}")
+        return {"obj": obj}
+    if action == "apply":
+        return {"obj": parse_object(body, where, prefix)}
+    if action == "finish":
+        if not isinstance(body, str) or body.count("/") != 1 or not all(body.split("/")):
+            raise ScenarioError(f"{full}: must be NAMESPACE/NAME of a Job, got {body!r}")
+        return {"job": body}
+    # delete
+    if not isinstance(body, dict):
+        raise ScenarioError(f"{full}: must be a mapping with kind, name and (for namespaced kinds) namespace")
+    kind = body.get("kind")
+    if kind not in KINDS or kind == "Configuration":
+        raise ScenarioError(f"{full}.kind: unknown kind {kind!r}")
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(f"{full}.name: required field is missing")
+    ns = body.get("namespace")
+    if kind in NAMESPACED:
+        ns = ns or "default"
+    return {"ref": ObjectRef(kind, name, ns)}
+
+
+def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(f"{source}: {where}not valid YAML: {problem}") from None
+    sc = Scenario(source=source)
+    seen_scenario = False
+    order = 0
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        where = f"{source}: document {i + 1}{_describe(doc)}"
+        if isinstance(doc, dict) and doc.get("kind") == "Scenario":
+            if doc.get("apiVersion") != SCENARIO_API:
+                raise ScenarioError(f"{where}: apiVersion: Scenario must be {SCENARIO_API}, got {doc.get('apiVersion')!r}")
+            if seen_scenario:
+                raise ScenarioError(f"{where}: at most one Scenario document")
+            seen_scenario = True
+            evs = _parse_events(doc, where, order)
+            order += len(evs)
+            sc.events.extend(evs)
+            continue
+        obj = parse_object(doc, where)
+        if isinstance(obj, kueue.Configuration):
+            if sc.configuration is not None:
+                raise ScenarioError(f"{where}: at most one Configuration document")
+            _check_configuration(obj, where)
+            sc.configuration = obj
+        elif isinstance(obj, core.Job):
+            sc.jobs.append(obj)
+        else:
+            sc.objects.append(obj)
+    _check_references(sc)
+    sc.events.sort(key=lambda e: (e.at, e.order))
+    return sc
+
+
+def _check_configuration(cfg: kueue.Configuration, where: str) -> None:
+    if cfg.fair_sharing is not None:
+        strategies = cfg.fair_sharing.preemption_strategies
+        allowed = (
+            ["LessThanOrEqualToFinalShare"],
+            ["LessThanInitialShare"],
+            ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+        )
+        if strategies not in allowed:
+            raise ScenarioError(
+                f"{where}: fairSharing.preemptionStrategies: must be [LessThanOrEqualToFinalShare], "
+                f"[LessThanInitialShare] or [LessThanOrEqualToFinalShare, LessThanInitialShare], got {strategies}"
+            )
+
+
+def _check_references(sc: Scenario) -> None:
+    """A finish event must name a job that is submitted (at time 0 or by an earlier-or-same-time event)."""
+    submitted = {job_key(j) for j in sc.jobs if j.metadata.name}
+    for e in sorted(sc.events, key=lambda e: (e.at, e.order)):
+        if e.action in ("submit", "apply") and isinstance(e.obj, core.Job) and e.obj.metadata.name:
+            submitted.add(job_key(e.obj))
+    for e in sc.events:
+        if e.action == "finish" and e.job not in submitted:
+            raise ScenarioError(f"{sc.source}: {e.where}.finish: job {e.job} is never submitted")
+        if e.action == "delete" and e.ref and e.ref.kind == "Job":
+            key = f"{e.ref.namespace}/{e.ref.name}"
+            if key not in submitted:
+                raise ScenarioError(f"{sc.source}: {e.where}.delete: job {key} is never submitted")

@@ -1,0 +1,165 @@
+"""Kueue's quota objects (kueue.x-k8s.io/v1beta2; v1beta1 read where the fields agree)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gpuqueue.api.base import KubeModel, LabelSelector, ObjectMeta, QuantityField, Taint, Toleration
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+class ResourceFlavorSpec(KubeModel):
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    node_taints: list[Taint] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    topology_name: str | None = None
+
+
+class ResourceFlavor(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["ResourceFlavor"] = "ResourceFlavor"
+    metadata: ObjectMeta
+    spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
+
+
+class ResourceQuota(KubeModel):
+    name: str
+    nominal_quota: QuantityField
+    borrowing_limit: QuantityField | None = None
+    lending_limit: QuantityField | None = None
+
+
+class FlavorQuotas(KubeModel):
+    name: str
+    resources: list[ResourceQuota]
+
+
+class ResourceGroup(KubeModel):
+    covered_resources: list[str]
+    flavors: list[FlavorQuotas]
+
+
+class BorrowWithinCohort(KubeModel):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: int | None = None
+
+
+class ClusterQueuePreemption(KubeModel):
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    borrow_within_cohort: BorrowWithinCohort | None = None
+
+
+FungibilityBorrow = Literal["MayStopSearch", "TryNextFlavor"]
+FungibilityPreempt = Literal["MayStopSearch", "TryNextFlavor"]
+
+
+class FlavorFungibility(KubeModel):
+    # v1beta2 defaults; v1beta1's Borrow / Preempt are read as MayStopSearch.
+    when_can_borrow: FungibilityBorrow = "MayStopSearch"
+    when_can_preempt: FungibilityPreempt = "TryNextFlavor"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _v1beta1_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key, old in (("whenCanBorrow", "Borrow"), ("whenCanPreempt", "Preempt")):
+                if data.get(key) == old:
+                    data[key] = "MayStopSearch"
+        return data
+
+
+class FairSharing(KubeModel):
+    weight: QuantityField | None = None
+
+
+class ClusterQueueSpec(KubeModel):
+    resource_groups: list[ResourceGroup] = Field(default_factory=list)
+    cohort_name: str | None = None
+    namespace_selector: LabelSelector | None = None
+    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+    preemption: ClusterQueuePreemption = Field(default_factory=ClusterQueuePreemption)
+    flavor_fungibility: FlavorFungibility = Field(default_factory=FlavorFungibility)
+    fair_sharing: FairSharing | None = None
+    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _v1beta1_cohort(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cohort" in data and "cohortName" not in data:
+            data = dict(data)
+            data["cohortName"] = data.pop("cohort")
+        return data
+
+
+class ClusterQueue(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["ClusterQueue"] = "ClusterQueue"
+    metadata: ObjectMeta
+    spec: ClusterQueueSpec = Field(default_factory=ClusterQueueSpec)
+
+
+class CohortSpec(KubeModel):
+    parent_name: str | None = None
+    resource_groups: list[ResourceGroup] = Field(default_factory=list)
+    fair_sharing: FairSharing | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _v1alpha1_parent(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "parent" in data and "parentName" not in data:
+            data = dict(data)
+            data["parentName"] = data.pop("parent")
+        return data
+
+
+class Cohort(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["Cohort"] = "Cohort"
+    metadata: ObjectMeta
+    spec: CohortSpec = Field(default_factory=CohortSpec)
+
+
+class LocalQueueSpec(KubeModel):
+    cluster_queue: str
+    stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
+
+
+class LocalQueue(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["LocalQueue"] = "LocalQueue"
+    metadata: ObjectMeta
+    spec: LocalQueueSpec
+
+
+class WorkloadPriorityClass(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["WorkloadPriorityClass"] = "WorkloadPriorityClass"
+    metadata: ObjectMeta
+    value: int
+    description: str | None = None
+
+
+class FairSharingConfig(KubeModel):
+    preemption_strategies: list[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]] = Field(
+        default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+    )
+
+
+class Configuration(KubeModel):
+    """config.kueue.x-k8s.io/v1beta2 Configuration: the fields gpuqueue honours."""
+
+    api_version: str = "config.kueue.x-k8s.io/v1beta2"
+    kind: Literal["Configuration"] = "Configuration"
+    fair_sharing: FairSharingConfig | None = None
+    manage_jobs_without_queue_name: bool = False
+    managed_jobs_namespace_selector: LabelSelector | None = None
