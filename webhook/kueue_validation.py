@@ -248,13 +248,12 @@ def _cohort_cycle(start_name: str | None, parent: Any, cohorts: CohortView, path
         node = cohorts.cohort_parent(node)
 
 
-def validate_cluster_queue(obj: Mapping[str, Any], cohorts: CohortView, errs: Errors) -> None:
+def validate_cluster_queue(obj: Mapping[str, Any], errs: Errors) -> None:
     spec = _mapping(obj.get("spec"), "spec", errs)
     cohort = spec.get("cohortName", spec.get("cohort"))  # v1beta1 called it spec.cohort
     cohort_field = "spec.cohortName" if "cohortName" in spec else "spec.cohort"
     if cohort not in (None, ""):
         _dns_subdomain(cohort, cohort_field, errs)
-        _cohort_cycle(None, cohort, cohorts, cohort_field, errs)
     _resource_groups(spec, bool(cohort), False, _version(obj), errs)
     if "namespaceSelector" in spec:
         _selector(spec["namespaceSelector"], "spec.namespaceSelector", errs)
@@ -378,7 +377,7 @@ def validate_kueue_object(kind: str, obj: Any, old: Any = None, cohorts: CohortV
         return [invalid("object", None if obj is None else type(obj).__name__, "must be a JSON object")]
     cohorts = cohorts or NoCohorts()
     checks: dict[str, Callable[[], None]] = {
-        "ClusterQueue": lambda: validate_cluster_queue(obj, cohorts, errs),
+        "ClusterQueue": lambda: validate_cluster_queue(obj, errs),
         "Cohort": lambda: validate_cohort(obj, cohorts, errs),
         "LocalQueue": lambda: validate_local_queue(obj, old, errs),
         "ResourceFlavor": lambda: validate_resource_flavor(obj, errs),
