@@ -59,7 +59,7 @@ def plan_secret(current: Mapping[str, bytes] | None, identity: ServingIdentity,
                 now: dt.datetime | None = None, validity: dt.timedelta = DEFAULT_VALIDITY) -> SecretPlan:
     now = now or dt.datetime.now(dt.timezone.utc)
     if not current:
-        return SecretPlan(_data(generate(identity, validity)), "Secret missing: issued a new CA and serving certificate")
+        return SecretPlan(_data(generate(identity, validity, now=now)), "Secret missing: issued a new CA and serving certificate")
     cert, key, ca, ca_key = (current.get(k, b"") for k in (CERT_FILE, KEY_FILE, CA_FILE, CA_KEY_FILE))
     ca_usable = bool(ca and ca_key) and _pair_matches(ca, ca_key) and not needs_renewal(ca, now)
     reason = None
@@ -73,7 +73,7 @@ def plan_secret(current: Mapping[str, bytes] | None, identity: ServingIdentity,
         reason = "CA past two thirds of its life"
     if reason is None:
         return SecretPlan(None, "Secret valid: nothing to do")
-    material = generate(identity, validity, ca=(ca, ca_key) if ca_usable else None)
+    material = generate(identity, validity, ca=(ca, ca_key) if ca_usable else None, now=now)
     return SecretPlan(_data(material), reason + ("; renewed with the same CA" if ca_usable else "; issued a new CA"))
 
 

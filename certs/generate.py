@@ -61,10 +61,11 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
-def make_ca(common_name: str = "gpuqueue-ca", validity: dt.timedelta = CA_VALIDITY) -> tuple[bytes, bytes]:
+def make_ca(common_name: str = "gpuqueue-ca", validity: dt.timedelta = CA_VALIDITY,
+            now: dt.datetime | None = None) -> tuple[bytes, bytes]:
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = _now()
+    now = now or _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -81,11 +82,11 @@ def make_ca(common_name: str = "gpuqueue-ca", validity: dt.timedelta = CA_VALIDI
 
 
 def make_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, identity: ServingIdentity,
-                      validity: dt.timedelta = DEFAULT_VALIDITY) -> tuple[bytes, bytes]:
+                      validity: dt.timedelta = DEFAULT_VALIDITY, now: dt.datetime | None = None) -> tuple[bytes, bytes]:
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     key = _key()
-    now = _now()
+    now = now or _now()
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in identity.dns_names()]
     sans += [x509.IPAddress(ip) for ip in identity.ip_addresses()]
     cert = (
@@ -104,10 +105,10 @@ def make_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, identity: ServingId
 
 
 def generate(identity: ServingIdentity, validity: dt.timedelta = DEFAULT_VALIDITY,
-             ca: tuple[bytes, bytes] | None = None) -> TLSMaterial:
+             ca: tuple[bytes, bytes] | None = None, now: dt.datetime | None = None) -> TLSMaterial:
     """A serving certificate signed by ``ca`` (cert PEM, key PEM), or by a new CA."""
-    ca_cert, ca_key = ca or make_ca()
-    cert, key = make_serving_cert(ca_cert, ca_key, identity, validity)
+    ca_cert, ca_key = ca or make_ca(now=now)
+    cert, key = make_serving_cert(ca_cert, ca_key, identity, validity, now)
     return TLSMaterial(ca_cert, ca_key, cert, key)
 
 
