@@ -8,6 +8,7 @@ with orjson; a JSONPatch goes base64-encoded with ``patchType: JSONPatch``.
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,7 +79,12 @@ def parse_review(body: bytes) -> AdmissionRequest | ReviewError:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return ReviewError("", f"malformed AdmissionReview: the body is not JSON ({exc})")
+        # orjson refuses integers beyond 64 bits, which are still JSON: retry with the
+        # standard parser so the answer can echo the uid and name the real problem.
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            return ReviewError("", f"malformed AdmissionReview: the body is not JSON ({exc})")
     uid = _uid_of(doc)
     if not isinstance(doc, dict):
         return ReviewError(uid, "malformed AdmissionReview: the body must be a JSON object")
