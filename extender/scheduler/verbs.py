@@ -100,6 +100,8 @@ def prioritize_verb(body: bytes, view: ClusterView) -> list[dict] | dict:
 def preempt_verb(body: bytes, view: ClusterView) -> dict:
     try:
         args: ExtenderPreemptionArgs = decode(body, ExtenderPreemptionArgs)
+        if args.NodeNameToVictims is None and args.NodeNameToMetaVictims is None:
+            raise BadRequest("ExtenderPreemptionArgs has neither NodeNameToVictims nor NodeNameToMetaVictims")
     except BadRequest as exc:
         log.warning("preempt: %s", exc)
         return preemption_result({}, str(exc))  # no victims: nothing is evicted
