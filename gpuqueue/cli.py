@@ -12,6 +12,11 @@ def build_parser() -> argparse.ArgumentParser:
     from extender.simulate.command import add_parser as add_simulate
 
     add_simulate(sub)
+    from webhook.command import add_parser as add_webhook
+    from certs.command import add_parser as add_certs
+
+    add_webhook(sub)
+    add_certs(sub)
     return parser
 
 

@@ -1,0 +1,66 @@
+"""A server-side SSLContext that picks up renewed certificate files without a restart.
+
+``ReloadingTLS.context`` is the one SSLContext handed to the server. Loading a new
+chain into the same context changes what later handshakes present, while
+connections already open keep their session: nothing is dropped. Files are
+checked by a polling task (Secret volumes are swapped atomically by the kubelet;
+a half-written pair fails to load and is retried on the next poll, the old
+certificate staying in service meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from pathlib import Path
+
+log = logging.getLogger("gpuqueue.certs")
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+class ReloadingTLS:
+    def __init__(self, cert_dir: Path, cert_name: str = "tls.crt", key_name: str = "tls.key") -> None:
+        self.cert = Path(cert_dir) / cert_name
+        self.key = Path(cert_dir) / key_name
+        self.context = server_context(self.cert, self.key)
+        self._stamp = self._file_stamp()
+        self.reloads = 0
+
+    def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for p in (self.cert, self.key):
+            try:
+                st = os.stat(p)
+                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                stamps.append((0, 0, 0))
+        return tuple(stamps)
+
+    def reload_if_changed(self) -> bool:
+        stamp = self._file_stamp()
+        if stamp == self._stamp:
+            return False
+        try:
+            server_context(self.cert, self.key)  # validate the pair before touching the live context
+            self.context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("renewed certificate in %s not loaded yet (%s); still serving the previous one", self.cert.parent, exc)
+            return False
+        self._stamp = stamp
+        self.reloads += 1
+        log.info("loaded renewed serving certificate from %s", self.cert)
+        return True
+
+    async def watch(self, interval: float = 2.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.reload_if_changed()

@@ -1,0 +1,17 @@
+"""Placement: which nodes an admitted pod may land on and which it should prefer.
+Pure code (no I/O, no asyncio), shared by the scheduler extender and the simulator."""
+
+from extender.placement.cache import NodeCache, cache_of
+from extender.placement.filter import FilterResult, filter_nodes, summarize
+from extender.placement.model import (GPU_RESOURCE, FlavorSelector, NodeInfo, PodRequest, Taint,
+                                      Toleration, untolerated_taint)
+from extender.placement.place import Placement, place
+from extender.placement.preemption import EvictionPolicy, NodeVictims, veto
+from extender.placement.score import MAX_EXTENDER_PRIORITY, best, extender_score, rank_nodes, score_nodes
+
+__all__ = [
+    "GPU_RESOURCE", "MAX_EXTENDER_PRIORITY", "EvictionPolicy", "FilterResult", "FlavorSelector",
+    "NodeCache", "NodeInfo", "NodeVictims", "Placement", "PodRequest", "Taint", "Toleration",
+    "best", "cache_of", "extender_score", "filter_nodes", "place", "rank_nodes", "score_nodes",
+    "summarize", "untolerated_taint", "veto",
+]

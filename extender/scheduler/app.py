@@ -1,0 +1,102 @@
+"""The extender's HTTP(S) server: POST /filter, /prioritize, /preempt (kube-scheduler appends
+the verb to its ``urlPrefix``), GET /healthz. Every answer is HTTP 200 with a well-formed
+body; a request that cannot be read gets its ``Error``, never a 5xx."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from pathlib import Path
+from typing import Callable
+
+import orjson
+from aiohttp import web
+
+from extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
+from extender.scheduler.view import ClusterView
+from extender.scheduler.wire import filter_error, preemption_result
+
+log = logging.getLogger("gpuqueue.extender")
+
+# nodeCacheCapable false sends every candidate Node in full (a few KB each).
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+VIEW_KEY = web.AppKey("view", object)
+
+
+def _endpoint(verb: Callable[[bytes, ClusterView], object], on_crash: Callable[[str], object]):
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            result = verb(body, request.app[VIEW_KEY])
+        except Exception as exc:  # a bug must not turn into a 5xx kube-scheduler cannot read
+            log.exception("%s failed", request.path)
+            result = on_crash(f"gpuqueue extender: internal error in {request.path}: {type(exc).__name__}: {exc}")
+        return web.Response(body=orjson.dumps(result), content_type="application/json")
+
+    return handle
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def build_app(view: ClusterView) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app[VIEW_KEY] = view
+    app.router.add_post("/filter", _endpoint(filter_verb, filter_error))
+    app.router.add_post("/prioritize", _endpoint(prioritize_verb, lambda msg: {"Error": msg}))
+    app.router.add_post("/preempt", _endpoint(preempt_verb, lambda msg: preemption_result({}, msg)))
+    app.router.add_get("/healthz", _healthz)
+    return app
+
+
+def tls_context(cert_dir: str | os.PathLike) -> ssl.SSLContext:
+    """Server context from ``tls.crt``/``tls.key`` in ``cert_dir``; TLS 1.2 or newer."""
+    d = Path(cert_dir)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(d / "tls.crt", d / "tls.key")
+    return ctx
+
+
+async def reload_certs(ctx: ssl.SSLContext, cert_dir: str | os.PathLike, every: float = 30.0) -> None:
+    """Load renewed files into the live context: new connections get the new certificate."""
+    d = Path(cert_dir)
+
+    def stamp():
+        return tuple(os.stat(d / f).st_mtime_ns for f in ("tls.crt", "tls.key"))
+
+    seen = stamp()
+    while True:
+        await asyncio.sleep(every)
+        try:
+            now = stamp()
+            if now != seen:
+                ctx.load_cert_chain(d / "tls.crt", d / "tls.key")
+                seen = now
+                log.info("reloaded serving certificate from %s", d)
+        except (OSError, ssl.SSLError) as exc:  # half-written files: try again next round
+            log.warning("could not reload certificate from %s: %s", d, exc)
+
+
+async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
+                cert_dir: str | os.PathLike | None = None, insecure_http: bool = False) -> web.AppRunner:
+    """Start serving and return the runner (``await runner.cleanup()`` to stop). HTTPS unless
+    ``insecure_http`` is asked for explicitly."""
+    if cert_dir is None and not insecure_http:
+        raise ValueError("the extender serves HTTPS: give a cert dir (tls.crt, tls.key) or ask for plain HTTP")
+    ctx = tls_context(cert_dir) if cert_dir is not None else None
+    app = build_app(view)
+    if ctx is not None:
+        async def _reloader(app: web.Application):
+            task = asyncio.create_task(reload_certs(ctx, cert_dir))
+            yield
+            task.cancel()
+
+        app.cleanup_ctx.append(_reloader)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    return runner

@@ -1,0 +1,128 @@
+"""The three extender verbs: request body in, response document out. No HTTP here, so the
+logic is testable and measurable on its own; ``app.py`` puts it behind aiohttp."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from extender.placement.filter import filter_nodes
+from extender.placement.kube import InvalidObject, Node, Pod, node_info, pod_requests, split_gpus, tolerations
+from extender.placement.model import NodeInfo, PodRequest
+from extender.placement.preemption import NodeVictims, veto
+from extender.placement.score import best, extender_score, rank_nodes
+from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
+from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, decode, describe,
+                                     filter_error,
+                                     filter_result, host_priorities, preemption_result)
+
+log = logging.getLogger("gpuqueue.extender")
+
+
+def pod_request(pod: Pod, verdict: Admitted) -> PodRequest:
+    try:
+        requests = pod_requests(pod.spec)
+    except InvalidObject as exc:
+        raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
+    gpus, others = split_gpus(requests)
+    return PodRequest(pod.metadata.uid, gpus, others, tolerations(pod.spec.tolerations),
+                      verdict.flavor, verdict.job_key)
+
+
+def _candidates(args: ExtenderArgs) -> tuple[list[str], dict[str, NodeInfo] | None, dict[str, dict] | None]:
+    """Node names in request order, plus NodeInfo and the raw objects when full Nodes came."""
+    if args.Nodes is not None:
+        infos: dict[str, NodeInfo] = {}
+        raws: dict[str, dict] = {}
+        for i, raw in enumerate(args.Nodes.items or ()):
+            try:
+                info = node_info(Node.model_validate(raw))
+            except ValidationError as exc:
+                raise BadRequest(f"Nodes.items[{i}]: {describe(exc)}") from None
+            except InvalidObject as exc:
+                raise BadRequest(f"Nodes.items[{i}]: {exc}") from None
+            infos[info.name] = info
+            raws[info.name] = raw
+        return list(infos), infos, raws
+    if args.NodeNames is not None:
+        return args.NodeNames, None, None
+    raise BadRequest("ExtenderArgs has neither Nodes nor NodeNames")
+
+
+def _name(pod: Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def filter_verb(body: bytes, view: ClusterView) -> dict:
+    try:
+        args: ExtenderArgs = decode(body, ExtenderArgs)
+        names, infos, raws = _candidates(args)
+        verdict = view.workload_for(args.Pod.metadata)
+        if isinstance(verdict, Unmanaged):
+            passed, failed, unresolvable = list(names), {}, {}
+        elif isinstance(verdict, NotAdmitted):
+            passed, failed, unresolvable = [], {}, {n: verdict.message for n in names}
+        else:
+            pod = pod_request(args.Pod, verdict)
+            result = filter_nodes(pod, names, view.nodes, infos)
+            passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
+            if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
+                view.nodes.reserve(pod.uid, passed[0], pod.gpus, pod.requests, pod.job_key)
+    except BadRequest as exc:
+        log.warning("filter: %s", exc)
+        return filter_error(str(exc))
+    if raws is not None:
+        return filter_result(node_items=[raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
+    return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
+
+
+def prioritize_verb(body: bytes, view: ClusterView) -> list[dict] | dict:
+    try:
+        args: ExtenderArgs = decode(body, ExtenderArgs)
+        names, _, _ = _candidates(args)
+        verdict = view.workload_for(args.Pod.metadata)
+        if not isinstance(verdict, Admitted):
+            return host_priorities([(n, 0) for n in names])  # neutral: kube-scheduler decides
+        pod = pod_request(args.Pod, verdict)
+    except BadRequest as exc:
+        # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
+        # decode, which is what we want, and the body still says why.
+        log.warning("prioritize: %s", exc)
+        return {"Error": str(exc)}
+    ranked = rank_nodes(pod, names, view.nodes)
+    top = best(ranked)
+    if top is not None:
+        view.nodes.reserve(pod.uid, top, pod.gpus, pod.requests, pod.job_key)
+    return host_priorities([(n, extender_score(v)) for n, v in ranked])
+
+
+def preempt_verb(body: bytes, view: ClusterView) -> dict:
+    try:
+        args: ExtenderPreemptionArgs = decode(body, ExtenderPreemptionArgs)
+        if args.NodeNameToVictims is None and args.NodeNameToMetaVictims is None:
+            raise BadRequest("ExtenderPreemptionArgs has neither NodeNameToVictims nor NodeNameToMetaVictims")
+    except BadRequest as exc:
+        log.warning("preempt: %s", exc)
+        return preemption_result({}, str(exc))  # no victims: nothing is evicted
+    if isinstance(view.workload_for(args.Pod.metadata), NotAdmitted):
+        return preemption_result({})  # a pod without quota may not evict anyone
+    proposed: dict[str, NodeVictims[tuple[str, PodRef | None]]] = {}
+    if args.NodeNameToVictims is not None:
+        for node, v in args.NodeNameToVictims.items():
+            pods = tuple((p.metadata.uid, p.metadata) for p in v.Pods or ())
+            proposed[node] = NodeVictims(pods, v.NumPDBViolations)
+    elif args.NodeNameToMetaVictims is not None:
+        for node, v in args.NodeNameToMetaVictims.items():
+            pods = tuple((p.UID, view.pod_by_uid(p.UID)) for p in v.Pods or ())
+            proposed[node] = NodeVictims(pods, v.NumPDBViolations)
+
+    def allowed(victim: tuple[str, PodRef | None]) -> bool:
+        meta = victim[1]
+        if meta is None:
+            return False  # unknown to the cache: cannot prove it is not an admitted Workload's
+        verdict = view.workload_for(meta)
+        return view.may_evict(meta) if isinstance(verdict, Admitted) else True
+
+    kept = veto(proposed, allowed)
+    return preemption_result({n: ([uid for uid, _ in v.pods], v.num_pdb_violations) for n, v in kept.items()})

@@ -1,0 +1,111 @@
+"""k8s.io/kube-scheduler/extender/v1, as JSON: Go field names as keys, unused fields null.
+
+Requests are validated with partial pydantic models (unknown fields ignored); responses are
+plain dicts built here so every key is spelled once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from extender.placement.kube import Pod
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class NodeList(_Wire):
+    items: list[dict[str, Any]] | None = None
+
+
+class ExtenderArgs(_Wire):
+    Pod: Pod
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class MetaPod(_Wire):
+    UID: str
+
+
+class MetaVictims(_Wire):
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class Victims(_Wire):
+    Pods: list[Pod] | None = None
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(_Wire):
+    Pod: Pod
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class BadRequest(ValueError):
+    """A request the extender cannot read; the message says what is wrong."""
+
+
+def decode(body: bytes, model: type[_Wire]) -> Any:
+    if not body.strip():
+        raise BadRequest(f"empty request body, expected {model.__name__} JSON")
+    try:
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise BadRequest(f"{model.__name__} must be a JSON object, got {_json_type(raw)}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid {model.__name__}: {describe(exc)}") from None
+
+
+def describe(exc: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _json_type(v: Any) -> str:
+    return {list: "an array", str: "a string", int: "a number", float: "a number",
+            bool: "a boolean", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def filter_result(*, node_names: list[str] | None = None, node_items: list[dict] | None = None,
+                  failed: dict[str, str] | None = None, unresolvable: dict[str, str] | None = None) -> dict:
+    return {
+        "Nodes": {"metadata": {}, "items": node_items} if node_items is not None else None,
+        "NodeNames": node_names,
+        "FailedNodes": failed if failed is not None else {},
+        "FailedAndUnresolvableNodes": unresolvable if unresolvable is not None else {},
+        "Error": "",
+    }
+
+
+def filter_error(message: str) -> dict:
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None,
+            "Error": message}
+
+
+def host_priorities(scores: list[tuple[str, int]]) -> list[dict]:
+    return [{"Host": h, "Score": s} for h, s in scores]
+
+
+def preemption_result(victims: dict[str, tuple[list[str], int]], error: str | None = None) -> dict:
+    out: dict[str, Any] = {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": pdb}
+        for node, (uids, pdb) in victims.items()
+    }}
+    if error:
+        # Not a field of ExtenderPreemptionResult: Go ignores it, a person reading the body does not.
+        out["Error"] = error
+    return out

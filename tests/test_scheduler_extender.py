@@ -1,0 +1,466 @@
+"""The extender endpoints over real HTTPS, with request bodies as kube-scheduler 1.24 sent them
+(tests/fixtures/k8s-1.24/extender/), adapted only where a test needs another pod or node."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import ipaddress
+import json
+import ssl
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
+from extender.scheduler import InMemoryClusterView, start, tls_context
+
+FIXTURES = Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
+GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+GH = FlavorSelector.of("gh200", GH200)
+FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+# -- TLS material: a CA and a serving certificate for 127.0.0.1 -------------------------
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("certs")
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("test-ca")).issuer_name(_name("test-ca"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(_name("gpuqueue-extender")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (d / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (d / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return d, d / "ca.crt"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def mixed_cluster(clock: Clock | None = None) -> InMemoryClusterView:
+    """The recorded cluster: two 4-GPU GH200 nodes and one 8-GPU H100 node."""
+    cache = NodeCache(clock=clock or Clock(), reservation_ttl=10)
+    for name in ("gh200-node-1", "gh200-node-2"):
+        cache.upsert_node(NodeInfo(name, dict(GH200), allocatable={"nvidia.com/gpu": 4, "cpu": 72000}))
+    cache.upsert_node(NodeInfo("h100-node-3", dict(H100), allocatable={"nvidia.com/gpu": 8, "cpu": 64000}))
+    return InMemoryClusterView(cache)
+
+
+class Extender:
+    def __init__(self, session: aiohttp.ClientSession, base: str, view: InMemoryClusterView) -> None:
+        self.session, self.base, self.view = session, base, view
+
+    async def post(self, verb: str, body: bytes | dict):
+        data = body if isinstance(body, bytes) else orjson.dumps(body) + b"\n"  # Go's encoder adds \n
+        async with self.session.post(f"{self.base}/{verb}", data=data,
+                                     headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.content_type == "application/json"
+            return orjson.loads(await resp.read())
+
+
+@pytest.fixture
+async def ext(pki):
+    cert_dir, ca = pki
+    view = mixed_cluster()
+    runner = await start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
+    port = runner.addresses[0][1]
+    client_ctx = ssl.create_default_context(cafile=str(ca))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+        yield Extender(session, f"https://127.0.0.1:{port}", view)
+    await runner.cleanup()
+
+
+def job_pod(body: dict, job: str = "train", *, namespace: str | None = None, uid: str | None = None,
+            gpus: int | None = None, tolerations: list | None = None) -> dict:
+    """Make the fixture's pod a pod of Job ``job`` (as the Job controller creates it)."""
+    body = copy.deepcopy(body)
+    meta = body["Pod"]["metadata"]
+    if namespace:
+        meta["namespace"] = namespace
+    if uid:
+        meta["uid"] = uid
+    meta["labels"]["job-name"] = job
+    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                "uid": "5f0e-job-uid", "controller": True, "blockOwnerDeletion": True}]
+    if gpus is not None:
+        res = body["Pod"]["spec"]["containers"][0]["resources"]
+        res["limits"]["nvidia.com/gpu"] = res["requests"]["nvidia.com/gpu"] = str(gpus)
+    if tolerations is not None:
+        body["Pod"]["spec"]["tolerations"] += tolerations
+    return body
+
+
+def names_request(pod_body: dict, names: list[str]) -> dict:
+    body = copy.deepcopy(pod_body)
+    body["Nodes"], body["NodeNames"] = None, names
+    return body
+
+
+FILTER_NCT = "filter.request.nodeCacheCapable-true.3-nodes.json"
+FILTER_NCF = "filter.request.nodeCacheCapable-false.3-nodes.json"
+NOT_GH200 = "node is not of flavor gh200 (needs nvidia.com/gpu.product=NVIDIA-GH200-480GB)"
+
+
+# -- flavors -------------------------------------------------------------------------------
+
+async def test_gh200_pod_is_offered_only_gh200_nodes_names_mode(ext):
+    body = job_pod(fixture(FILTER_NCT))
+    ext.view.admit("team-b/train", GH)
+    r = await ext.post("filter", body)
+    assert set(r) == FILTER_KEYS
+    assert r["Nodes"] is None and r["Error"] == ""
+    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert r["FailedAndUnresolvableNodes"] == {"h100-node-3": NOT_GH200}
+    assert r["FailedNodes"] == {}
+
+
+async def test_gh200_pod_is_offered_only_gh200_nodes_full_node_mode(ext):
+    body = job_pod(fixture(FILTER_NCF))
+    ext.view.admit("team-b/train", GH)
+    r = await ext.post("filter", body)
+    assert r["NodeNames"] is None
+    assert r["Nodes"]["metadata"] == {}
+    # the Node objects come back exactly as sent (kube-scheduler matches them by name)
+    sent = {n["metadata"]["name"]: n for n in body["Nodes"]["items"]}
+    assert [n["metadata"]["name"] for n in r["Nodes"]["items"]] == ["gh200-node-2", "gh200-node-1"]
+    assert all(n == sent[n["metadata"]["name"]] for n in r["Nodes"]["items"])
+    assert r["FailedAndUnresolvableNodes"] == {"h100-node-3": NOT_GH200}
+
+
+async def test_full_node_mode_judges_the_node_objects_sent(ext):
+    """With nodeCacheCapable false the labels/taints come from the request, usage from the cache."""
+    body = job_pod(fixture(FILTER_NCF))
+    h100 = next(n for n in body["Nodes"]["items"] if n["metadata"]["name"] == "h100-node-3")
+    h100["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-GH200-480GB"  # relabelled meanwhile
+    gh2 = next(n for n in body["Nodes"]["items"] if n["metadata"]["name"] == "gh200-node-2")
+    gh2["spec"]["unschedulable"] = True
+    ext.view.admit("team-b/train", GH)
+    ext.view.nodes.bind("someone", "gh200-node-1", 1)
+    r = await ext.post("filter", body)
+    assert [n["metadata"]["name"] for n in r["Nodes"]["items"]] == ["h100-node-3"]
+    assert r["FailedAndUnresolvableNodes"] == {"gh200-node-2": "node is cordoned"}
+    assert r["FailedNodes"] == {"gh200-node-1": "node has 3 GPUs free, pod needs 4"}
+
+
+async def test_mixed_cluster_never_offers_another_flavor_as_gpus_fill_up(ext):
+    """Many pods over a larger two-flavor cluster: whatever is full, no H100 node is ever offered."""
+    cache = ext.view.nodes
+    for i in range(6):
+        cache.upsert_node(NodeInfo(f"gh-{i}", dict(GH200), allocatable={"nvidia.com/gpu": 4}))
+        cache.upsert_node(NodeInfo(f"h100-{i}", dict(H100), allocatable={"nvidia.com/gpu": 8}))
+    names = [f"{p}-{i}" for i in range(6) for p in ("h100", "gh")]
+    ext.view.admit("team-b/train", GH)
+    offered = []
+    for k in range(14):  # 24 GH200 GPUs; 2-GPU pods: 12 fit, then none
+        body = names_request(job_pod(fixture(FILTER_NCT), uid=f"pod-{k}", gpus=2), names)
+        r = await ext.post("filter", body)
+        assert all(n.startswith("gh-") for n in r["NodeNames"])
+        assert set(r["FailedAndUnresolvableNodes"]) == {f"h100-{i}" for i in range(6)}
+        offered.append(len(r["NodeNames"]))
+        if r["NodeNames"]:
+            prio = await ext.post("prioritize", names_request(body, r["NodeNames"]))
+            top = max(prio, key=lambda h: (h["Score"], -ord(h["Host"][-1])))["Host"]
+            cache.bind(f"pod-{k}", top, 2, job_key="team-b/train")  # the watch sees the binding
+    assert offered[-2:] == [0, 0] and offered[0] == 6
+
+
+# -- taints, cordons -----------------------------------------------------------------------
+
+async def test_taints_and_tolerations(ext):
+    cache = ext.view.nodes
+    cache.upsert_node(NodeInfo("gh200-node-2", dict(GH200), (Taint("nvidia.com/gpu", "present", "NoSchedule"),),
+                               allocatable={"nvidia.com/gpu": 4}))
+    ext.view.admit("team-b/train", GH)
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCT)))
+    assert r["NodeNames"] == ["gh200-node-1"]
+    assert r["FailedAndUnresolvableNodes"]["gh200-node-2"] == (
+        "node has taint nvidia.com/gpu=present:NoSchedule that the pod does not tolerate")
+    tolerant = job_pod(fixture(FILTER_NCT), tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}])
+    r = await ext.post("filter", tolerant)
+    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    wrong_value = job_pod(fixture(FILTER_NCT), tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent", "effect": "NoSchedule"}])
+    assert (await ext.post("filter", wrong_value))["NodeNames"] == ["gh200-node-1"]
+    # the flavor's tolerations count too (the controller injects them into the pod template)
+    ext.view.admit("team-b/train", FlavorSelector.of("gh200", GH200, (Toleration("nvidia.com/gpu", "Exists"),)))
+    assert (await ext.post("filter", job_pod(fixture(FILTER_NCT))))["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+
+
+async def test_cordoned_node_is_refused(ext):
+    ext.view.nodes.upsert_node(NodeInfo("gh200-node-1", dict(GH200), unschedulable=True,
+                                        allocatable={"nvidia.com/gpu": 4}))
+    ext.view.admit("team-b/train", GH)
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCT)))
+    assert r["NodeNames"] == ["gh200-node-2"]
+    assert r["FailedAndUnresolvableNodes"] == {"h100-node-3": NOT_GH200, "gh200-node-1": "node is cordoned"}
+
+
+# -- free GPUs -----------------------------------------------------------------------------
+
+async def test_free_gpu_arithmetic_with_bound_and_in_flight_pods(ext):
+    cache = ext.view.nodes
+    ext.view.admit("team-b/train", GH)
+    cache.bind("bound-a", "gh200-node-1", 1)
+    cache.bind("bound-b", "gh200-node-2", 3)
+    cache.reserve("flying", "gh200-node-1", 1)
+    two = job_pod(fixture(FILTER_NCT), gpus=2)
+    r = await ext.post("filter", two)
+    assert r["NodeNames"] == ["gh200-node-1"]
+    assert r["FailedNodes"] == {"gh200-node-2": "node has 1 GPU free, pod needs 2"}
+    three = job_pod(fixture(FILTER_NCT), gpus=3, uid="another-pod")
+    r = await ext.post("filter", three)
+    assert r["NodeNames"] == []
+    assert r["FailedNodes"] == {"gh200-node-2": "node has 1 GPU free, pod needs 3",
+                                "gh200-node-1": "node has 0 GPUs free, pod needs 3"}
+    # (gh200-node-1: 4 - 1 bound - 1 in flight - 2 reserved by the 2-GPU pod's filter, its only node)
+    cache.clock.now += 11  # neither in-flight pod got bound: their GPUs come back
+    cache.release("two-pod-is-gone")  # releasing an unknown pod is harmless
+    r = await ext.post("filter", three)
+    assert r["NodeNames"] == ["gh200-node-1"]
+    assert r["FailedNodes"] == {"gh200-node-2": "node has 1 GPU free, pod needs 3"}
+    # a single feasible node means prioritize is skipped: the filter itself reserves it
+    cache.release("bound-b")
+    only = names_request(job_pod(fixture(FILTER_NCT), gpus=4, uid="four"), ["gh200-node-2"])
+    assert (await ext.post("filter", only))["NodeNames"] == ["gh200-node-2"]
+    assert cache.pod_node("four") == ("gh200-node-2", False)
+
+
+async def test_two_pods_back_to_back_do_not_both_take_the_last_gpus(ext):
+    ext.view.admit("team-b/train", GH)
+    ext.view.nodes.bind("x", "gh200-node-2", 2)
+    first = job_pod(fixture(FILTER_NCT), gpus=2, uid="first")
+    r = await ext.post("filter", first)
+    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    prio = await ext.post("prioritize", names_request(first, r["NodeNames"]))
+    assert max(prio, key=lambda h: h["Score"])["Host"] == "gh200-node-2"
+    # kube-scheduler binds "first" to gh200-node-2; the watch has not seen it yet
+    second = job_pod(fixture(FILTER_NCT), gpus=2, uid="second")
+    r = await ext.post("filter", second)
+    assert r["NodeNames"] == ["gh200-node-1"]
+    assert r["FailedNodes"] == {"gh200-node-2": "node has 0 GPUs free, pod needs 2"}
+    # the same pod asked again does not collide with its own reservation
+    assert (await ext.post("filter", first))["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+
+
+# -- pods gpuqueue does not manage, and pods without quota -----------------------------------
+
+async def test_unmanaged_pods_pass_through_untouched(ext):
+    ext.view.nodes.upsert_node(NodeInfo("gh200-node-1", dict(GH200), unschedulable=True,
+                                        allocatable={"nvidia.com/gpu": 4}))
+    r = await ext.post("filter", fixture(FILTER_NCT))  # the recorded pod: no Job owns it
+    assert r == {"Nodes": None, "NodeNames": ["gh200-node-2", "h100-node-3", "gh200-node-1"],
+                 "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    body = fixture(FILTER_NCF)
+    r = await ext.post("filter", body)
+    assert r["Nodes"]["items"] == body["Nodes"]["items"] and r["FailedAndUnresolvableNodes"] == {}
+    # a Job gpuqueue does not manage is unmanaged too
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCT), job="not-queued"))
+    assert r["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+    prio = await ext.post("prioritize", fixture("prioritize.request.nodeCacheCapable-true.json"))
+    assert prio == [{"Host": "gh200-node-2", "Score": 0}, {"Host": "gh200-node-1", "Score": 0}]
+    prio = await ext.post("prioritize", fixture("prioritize.request.nodeCacheCapable-false.json"))
+    assert {h["Score"] for h in prio} == {0}
+    assert ext.view.nodes.pod_node(body["Pod"]["metadata"]["uid"]) is None  # nothing reserved
+
+
+async def test_pod_without_quota_reservation_is_refused_everywhere_with_its_reason(ext):
+    msg = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu "
+           "in flavor gh200, 4 more needed")
+    ext.view.pend("team-b/train", msg)
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCT)))
+    assert r["NodeNames"] == [] and r["FailedNodes"] == {}
+    assert r["FailedAndUnresolvableNodes"] == {n: msg for n in ("gh200-node-2", "h100-node-3", "gh200-node-1")}
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCF)))
+    assert r["Nodes"] == {"metadata": {}, "items": []}
+    assert set(r["FailedAndUnresolvableNodes"]) == {"gh200-node-2", "h100-node-3", "gh200-node-1"}
+
+
+# -- scores --------------------------------------------------------------------------------
+
+async def test_prioritize_bin_packs_and_keeps_siblings_together(ext):
+    ext.view.admit("team-b/train", GH)
+    cache = ext.view.nodes
+    cache.bind("other-job", "gh200-node-1", 2, job_key="team-a/other")
+    one = job_pod(fixture("prioritize.request.nodeCacheCapable-true.json"), gpus=1)
+    prio = await ext.post("prioritize", one)
+    assert prio == [{"Host": "gh200-node-2", "Score": 2}, {"Host": "gh200-node-1", "Score": 5}]
+    cache.release(one["Pod"]["metadata"]["uid"])  # drop the reservation prioritize just made
+    cache.bind("sibling", "gh200-node-2", 1, job_key="team-b/train")
+    prio = await ext.post("prioritize", one)
+    assert prio == [{"Host": "gh200-node-2", "Score": 7}, {"Host": "gh200-node-1", "Score": 5}]
+    full = job_pod(fixture("prioritize.request.nodeCacheCapable-false.json"), gpus=1, uid="full-mode")
+    prio = await ext.post("prioritize", full)
+    assert all(0 <= h["Score"] <= 10 for h in prio) and {h["Host"] for h in prio} == {"gh200-node-1", "gh200-node-2"}
+
+
+# -- preemption ------------------------------------------------------------------------------
+
+PREEMPT_NCT = "preempt.request.nodeCacheCapable-true.NodeNameToMetaVictims.json"
+PREEMPT_NCF = "preempt.request.nodeCacheCapable-false.NodeNameToVictims.json"
+
+
+def victims_of(r: dict) -> dict:
+    return {n: [p["UID"] for p in v["Pods"]] for n, v in r["NodeNameToMetaVictims"].items()}
+
+
+async def test_preempt_keeps_unmanaged_victims_and_vetoes_admitted_ones(ext):
+    body = fixture(PREEMPT_NCT)
+    uid1, uid2 = "36a8ce8f-93b6-496d-8ce7-84ba7b1cca25", "9807f227-4d31-486f-a07b-c09b2b398f8d"
+    view = ext.view
+    view.add_pod({"name": "nct-low-1", "namespace": "team-b", "uid": uid1, "labels": {"app": "gpu-test"}})
+    view.add_pod({"name": "train-x", "namespace": "team-b", "uid": uid2, "labels": {"job-name": "train"}})
+    view.admit("team-b/train", GH)
+    r = await ext.post("preempt", body)
+    assert victims_of(r) == {"gh200-node-1": [uid1]}  # gh200-node-2's victim is an admitted Workload's pod
+    assert r["NodeNameToMetaVictims"]["gh200-node-1"]["NumPDBViolations"] == 0
+    asked = []
+    view.set_eviction_policy(lambda pod: asked.append(pod.uid) or True)  # the engine agrees
+    r = await ext.post("preempt", body)
+    assert victims_of(r) == {"gh200-node-1": [uid1], "gh200-node-2": [uid2]} and asked == [uid2]
+
+
+async def test_preempt_vetoes_unknown_victims_and_drops_partly_vetoed_nodes(ext):
+    body = fixture(PREEMPT_NCT)
+    body["NodeNameToMetaVictims"]["gh200-node-1"]["Pods"].append({"UID": "guarded"})
+    ext.view.add_pod({"name": "nct-low-1", "namespace": "team-b", "uid": "36a8ce8f-93b6-496d-8ce7-84ba7b1cca25"})
+    ext.view.add_pod({"name": "g", "namespace": "team-a", "uid": "guarded", "labels": {"job-name": "big"}})
+    ext.view.admit("team-a/big", GH)
+    r = await ext.post("preempt", body)
+    # gh200-node-1: one victim may go, the other may not -> the node is dropped whole;
+    # gh200-node-2: its victim is unknown to the cache -> vetoed
+    assert r == {"NodeNameToMetaVictims": {}}
+
+
+async def test_preempt_with_full_victim_pods(ext):
+    body = fixture(PREEMPT_NCF)
+    r = await ext.post("preempt", body)  # recorded victims: plain pods, no Job
+    assert victims_of(r) == {"gh200-node-1": ["71fbd39a-af83-4575-aa30-54534361ba44"],
+                             "gh200-node-2": ["1fa6809e-c2c6-4567-9c49-f224c07acc14"]}
+    victim = body["NodeNameToVictims"]["gh200-node-2"]["Pods"][0]["metadata"]
+    victim["labels"]["job-name"] = "train"
+    ext.view.admit(f"{victim['namespace']}/train", GH)
+    r = await ext.post("preempt", body)
+    assert victims_of(r) == {"gh200-node-1": ["71fbd39a-af83-4575-aa30-54534361ba44"]}
+
+
+async def test_preemptor_without_quota_evicts_nobody(ext):
+    body = job_pod(fixture(PREEMPT_NCF), job="hungry")
+    ext.view.pend(f"{body['Pod']['metadata']['namespace']}/hungry", "Workload is pending evaluation in the scheduling queue")
+    assert await ext.post("preempt", body) == {"NodeNameToMetaVictims": {}}
+
+
+# -- malformed requests ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, error", [
+    (b"", "empty request body, expected ExtenderArgs JSON"),
+    (b"{not json", "request body is not valid JSON"),
+    (b"[1, 2]", "ExtenderArgs must be a JSON object, got an array"),
+    (b'{"NodeNames": ["a"]}', "invalid ExtenderArgs: Pod: Field required"),
+    (b'{"Pod": "x", "NodeNames": ["a"]}', "invalid ExtenderArgs: Pod: Input should be a valid dictionary"),
+    (b'{"Pod": {}, "NodeNames": [1]}', "invalid ExtenderArgs: NodeNames[0]: Input should be a valid string"),
+    (b'{"Pod": {}, "Nodes": null, "NodeNames": null}', "ExtenderArgs has neither Nodes nor NodeNames"),
+    (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "four"}}}]}}',
+     "Nodes.items[0]: Node n: status.allocatable.nvidia.com/gpu: quantities must match"),
+])
+async def test_malformed_filter_bodies_get_a_clear_error(ext, body, error):
+    r = await ext.post("filter", body)
+    assert set(r) == FILTER_KEYS
+    assert r["Error"].startswith(error), r["Error"]
+    assert r["Nodes"] is None and r["NodeNames"] is None
+    prio = await ext.post("prioritize", body)
+    assert prio["Error"].startswith(error)
+    pre = await ext.post("preempt", body)
+    assert pre["NodeNameToMetaVictims"] == {} and pre["Error"]
+
+
+async def test_bad_quantity_in_an_admitted_pod_is_named(ext):
+    body = job_pod(fixture(FILTER_NCT))
+    body["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4 GPUs"
+    ext.view.admit("team-b/train", GH)
+    r = await ext.post("filter", body)
+    assert r["Error"].startswith("Pod team-b/nct-low-1: spec.containers[0].resources.requests.nvidia.com/gpu:")
+    assert "'4 GPUs'" in r["Error"]
+
+
+async def test_wrong_method_and_path_are_client_errors_not_5xx(ext):
+    async with ext.session.get(f"{ext.base}/filter") as resp:
+        assert resp.status == 405
+    async with ext.session.post(f"{ext.base}/bind", data=b"{}") as resp:
+        assert resp.status == 404
+    async with ext.session.get(f"{ext.base}/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_a_bug_in_a_verb_is_an_error_answer_not_a_5xx(ext, monkeypatch):
+    def boom(pod):
+        raise RuntimeError("view exploded")
+
+    monkeypatch.setattr(ext.view, "workload_for", boom)
+    r = await ext.post("filter", fixture(FILTER_NCT))
+    assert r["Error"] == "gpuqueue extender: internal error in /filter: RuntimeError: view exploded"
+
+
+# -- transport -------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion:DeprecationWarning")
+async def test_https_only_unless_plain_http_is_asked_for(pki):
+    with pytest.raises(ValueError, match="serves HTTPS"):
+        await start(mixed_cluster(), host="127.0.0.1", port=0)
+    cert_dir, ca = pki
+    assert tls_context(cert_dir).minimum_version == ssl.TLSVersion.TLSv1_2
+    runner = await start(mixed_cluster(), host="127.0.0.1", port=0, cert_dir=cert_dir)
+    port = runner.addresses[0][1]
+    try:
+        old = ssl.create_default_context(cafile=str(ca))
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+        old.minimum_version = ssl.TLSVersion.TLSv1
+        async with aiohttp.ClientSession() as s:
+            with pytest.raises(aiohttp.ClientError):
+                await s.post(f"https://127.0.0.1:{port}/filter", data=b"{}", ssl=old)
+            with pytest.raises(aiohttp.ClientError):
+                await s.post(f"http://127.0.0.1:{port}/filter", data=b"{}")
+    finally:
+        await runner.cleanup()
+    runner = await start(mixed_cluster(), host="127.0.0.1", port=0, insecure_http=True)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"http://127.0.0.1:{runner.addresses[0][1]}/filter",
+                              data=orjson.dumps(fixture(FILTER_NCT))) as resp:
+                assert (await resp.json())["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,132 @@
+"""Helpers shared by the webhook tests: fixtures loading and a strict JSONPatch applier."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+ADMISSION = Path(__file__).parent / "fixtures" / "k8s-1.24" / "admission"
+
+
+def load_review(name: str) -> dict[str, Any]:
+    return json.loads((ADMISSION / name).read_text())
+
+
+class PatchError(Exception):
+    pass
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """Apply RFC 6902 add/replace/remove like the API server does: the parent must exist."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
+        if not tokens:
+            raise PatchError("whole-document ops are not used by gpuqueue")
+        parent = doc
+        for t in tokens[:-1]:
+            if isinstance(parent, dict) and t in parent and parent[t] is not None:
+                parent = parent[t]
+            elif isinstance(parent, list) and t.isdigit() and int(t) < len(parent):
+                parent = parent[int(t)]
+            else:
+                raise PatchError(f"{op['op']} operation does not apply: doc is missing path: {op['path']}")
+        last = tokens[-1]
+        if not isinstance(parent, dict):
+            raise PatchError(f"unsupported parent for {op['path']}")
+        if op["op"] == "add":
+            parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "replace":
+            if last not in parent:
+                raise PatchError(f"replace operation does not apply: doc is missing key: {op['path']}")
+            parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            if last not in parent:
+                raise PatchError(f"remove operation does not apply: doc is missing key: {op['path']}")
+            del parent[last]
+        else:
+            raise PatchError(f"unexpected op {op['op']}")
+    return doc
+
+
+# -- a real HTTPS server and a verifying client -------------------------------------
+
+import base64  # noqa: E402
+import ssl  # noqa: E402
+from contextlib import asynccontextmanager  # noqa: E402
+
+import aiohttp  # noqa: E402
+
+from certs.generate import ServingIdentity, generate, write_files  # noqa: E402
+from certs.reload import ReloadingTLS  # noqa: E402
+from webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
+from webhook.mutation import QueueView, StaticQueueView  # noqa: E402
+from webhook.server import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
+
+APISERVER_HEADERS = {
+    "User-Agent": "kube-apiserver-admission",
+    "Accept": "application/json, */*",
+    "Content-Type": "application/json",
+}
+
+
+def make_cert_dir(path: Path) -> Path:
+    write_files(path, generate(ServingIdentity(ips=("127.0.0.1",), dns=("localhost",))))
+    return path
+
+
+def client_context(cert_dir: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+
+
+def wire(doc: dict[str, Any]) -> bytes:
+    """The body as kube-apiserver sends it: compact JSON ending in one newline."""
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    assert response["patchType"] == "JSONPatch"
+    return json.loads(base64.b64decode(response["patch"]))
+
+
+class Webhook:
+    """A running webhook over TLS plus a client that verifies it against ca.crt."""
+
+    def __init__(self, base: str, session: aiohttp.ClientSession, tls: ReloadingTLS, cert_dir: Path) -> None:
+        self.base, self.session, self.tls, self.cert_dir = base, session, tls, cert_dir
+
+    async def post(self, path: str, body: bytes) -> tuple[int, Any]:
+        async with self.session.post(f"{self.base}{path}?timeout=10s", data=body, headers=APISERVER_HEADERS) as resp:
+            raw = await resp.read()
+            try:
+                return resp.status, json.loads(raw)
+            except ValueError:
+                return resp.status, raw
+
+    async def review(self, path: str, doc: dict[str, Any]) -> dict[str, Any]:
+        status, answer = await self.post(path, wire(doc))
+        assert status == 200, answer
+        assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+        assert answer["response"]["uid"] == doc["request"]["uid"]
+        return answer["response"]
+
+
+@asynccontextmanager
+async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohorts: CohortView | None = None,
+                          settings: WebhookSettings | None = None):
+    tls = ReloadingTLS(cert_dir)
+    handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts())
+    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context)
+    connector = aiohttp.TCPConnector(ssl=client_context(cert_dir))
+    session = aiohttp.ClientSession(connector=connector)
+    try:
+        yield Webhook(f"https://127.0.0.1:{server.port}", session, tls, cert_dir)
+    finally:
+        await session.close()
+        await server.close()

@@ -1,0 +1,82 @@
+"""`gpuqueue webhook`: argument parsing and the process around the server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import yaml
+
+from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
+from webhook.mutation import ManagedJobsConfig
+from webhook.server import DEFAULT_MAX_BODY, WebhookSettings
+
+log = logging.getLogger("gpuqueue.webhook")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("webhook", help="serve the admission webhook (HTTPS)")
+    p.add_argument("--cert-dir", type=Path, default=Path("/tmp/k8s-webhook-server/serving-certs"),
+                   help="directory with tls.crt and tls.key (reloaded when they change)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=9443)
+    p.add_argument("--config", type=Path, default=None,
+                   help="Kueue Configuration (config.kueue.x-k8s.io) YAML: manageJobsWithoutQueueName, managedJobsNamespaceSelector")
+    p.add_argument("--controller-username", default=DEFAULT_CONTROLLER_USERNAME,
+                   help="the only user allowed to unsuspend managed Jobs")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    p.add_argument("--cert-check-seconds", type=float, default=10.0, help="how often to look for renewed cert files")
+    p.set_defaults(run=run)
+
+
+def load_settings(args: argparse.Namespace) -> WebhookSettings:
+    config = ManagedJobsConfig()
+    if args.config is not None:
+        try:
+            doc = yaml.safe_load(args.config.read_text())
+            config = ManagedJobsConfig.from_kueue_configuration(doc)
+        except (OSError, yaml.YAMLError, ValueError) as exc:
+            raise SystemExit(f"gpuqueue webhook: --config {args.config}: {exc}")
+    return WebhookSettings(config=config, controller_username=args.controller_username, max_body=args.max_body_bytes)
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+    from certs.reload import ReloadingTLS
+    from webhook.cluster import ClusterView, load_cluster_config, watch_cluster
+    from webhook.server import AdmissionHandlers, start_server
+
+    settings = load_settings(args)
+    try:
+        tls = ReloadingTLS(args.cert_dir)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"gpuqueue webhook: cannot load tls.crt/tls.key from {args.cert_dir}: {exc}")
+    view = ClusterView()
+    tasks = [asyncio.create_task(tls.watch(args.cert_check_seconds))]
+    if await load_cluster_config():
+        tasks.append(asyncio.create_task(watch_cluster(view)))
+        ready = view.ready
+    else:
+        log.warning("no cluster found (no in-cluster service account, no kubeconfig): serving without a queue view; "
+                    "only Jobs that carry the kueue.x-k8s.io/queue-name label are queued")
+        ready = lambda: True  # noqa: E731
+    handlers = AdmissionHandlers(settings, view, view, ready)
+    server = await start_server(handlers.app(), args.host, args.port, tls.context)
+    log.info("webhook serving on https://%s:%d", args.host, server.port)
+    try:
+        await (stop.wait() if stop else asyncio.Event().wait())
+    finally:
+        for t in tasks:
+            t.cancel()
+        await server.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    return 0

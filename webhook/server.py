@@ -1,0 +1,151 @@
+"""The admission webhook HTTPS server (aiohttp): routes, body limits, answers.
+
+Every handler answers HTTP 200 with an AdmissionReview echoing the request's uid,
+whatever the body; only a body over the size limit gets HTTP 413 (it is not read,
+so there is no uid to echo). The decisions themselves are the pure functions of
+``mutation``, ``job_validation`` and ``kueue_validation``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from webhook import review
+from webhook.fielderrors import aggregate
+from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
+from webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
+from webhook.mutation import ManagedJobsConfig, QueueView, StaticQueueView, mutate_job
+
+log = logging.getLogger("gpuqueue.webhook")
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024  # the API server caps objects near 3 MiB; a review holds two
+KUEUE_GROUP = "kueue.x-k8s.io"
+MUTATE_JOB_PATH = "/mutate-batch-v1-job"
+VALIDATE_JOB_PATH = "/validate-batch-v1-job"
+VALIDATE_KUEUE_PATH = "/validate-kueue"
+
+
+@dataclass
+class WebhookSettings:
+    config: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
+    controller_username: str = DEFAULT_CONTROLLER_USERNAME
+    max_body: int = DEFAULT_MAX_BODY
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def _is_job(req: review.AdmissionRequest) -> bool:
+    return req.kind.group == "batch" and req.kind.kind == "Job"
+
+
+class AdmissionHandlers:
+    def __init__(self, settings: WebhookSettings, queues: QueueView, cohorts: CohortView,
+                 ready: Callable[[], bool] = lambda: True) -> None:
+        self.settings = settings
+        self.queues = queues
+        self.cohorts = cohorts
+        self.ready = ready
+
+    # -- the decisions, on a parsed request ------------------------------------
+    def mutate(self, req: review.AdmissionRequest) -> bytes:
+        if req.operation != "CREATE" or not _is_job(req):
+            return review.allow(req.uid)
+        try:
+            result = mutate_job(req.object, self.queues, self.settings.config, namespace=req.namespace or None)
+        except ValueError as exc:
+            return review.bad_request(req.uid, f"cannot queue this Job: {exc}")
+        return review.allow(req.uid, result.patch)
+
+    def validate_job(self, req: review.AdmissionRequest) -> bytes:
+        if req.operation not in ("CREATE", "UPDATE") or not _is_job(req):
+            return review.allow(req.uid)
+        namespace = req.namespace
+        if not namespace:
+            return review.bad_request(req.uid, "request.namespace: Required value: a Job is namespaced")
+        denial = validate_job(req.operation, req.object, req.oldObject, req.userInfo.username, namespace,
+                              self.queues, self.settings.config, self.settings.controller_username)
+        return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
+
+    def validate_kueue(self, req: review.AdmissionRequest) -> bytes:
+        if req.operation not in ("CREATE", "UPDATE"):
+            return review.allow(req.uid)
+        if req.kind.group != KUEUE_GROUP or req.kind.kind not in KINDS:
+            return review.bad_request(req.uid, f"kind {req.kind.kind!r} of group {req.kind.group!r} is not validated "
+                                      f"here; expected one of {', '.join(KINDS)} of {KUEUE_GROUP}")
+        errors = validate_kueue_object(req.kind.kind, req.object, req.oldObject, self.cohorts)
+        if not errors:
+            return review.allow(req.uid)
+        return review.deny(req.uid, f'{req.kind.kind}.{KUEUE_GROUP} "{req.name}" is invalid: {aggregate(errors)}')
+
+    # -- HTTP ---------------------------------------------------------------------
+    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
+        limit = self.settings.max_body
+
+        async def handle(request: web.Request) -> web.Response:
+            too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
+                                  413, "RequestEntityTooLarge")
+            if request.content_length is not None and request.content_length > limit:
+                return _json(too_big, 413)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return _json(too_big, 413)
+            parsed = review.parse_review(body)
+            if isinstance(parsed, review.ReviewError):
+                return _json(review.bad_request(parsed.uid, parsed.message))
+            try:
+                return _json(decide(parsed))
+            except Exception:  # a bug must not become a 5xx (the API server would fail the request anyway)
+                log.exception("unexpected error answering review %s", parsed.uid)
+                return _json(review.deny(parsed.uid, "internal error in the gpuqueue webhook; see its log", 500, "InternalError"))
+
+        return handle
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        if self.ready():
+            return web.Response(text="ok\n")
+        return web.Response(text="queue view not synced yet\n", status=503)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body)
+        app.router.add_post(MUTATE_JOB_PATH, self._endpoint(self.mutate))
+        app.router.add_post(VALIDATE_JOB_PATH, self._endpoint(self.validate_job))
+        app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        return app
+
+
+@dataclass
+class RunningServer:
+    runner: web.AppRunner
+    port: int
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_server(app: web.Application, host: str, port: int, ssl_context) -> RunningServer:
+    """Start serving ``app`` over TLS; port 0 picks a free port (see ``.port``)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+    await site.start()
+    bound = port
+    server = site._server  # aiohttp exposes the bound sockets only here
+    if server is not None and server.sockets:
+        bound = server.sockets[0].getsockname()[1]
+    return RunningServer(runner, bound)
+
+
+def handlers_without_cluster(settings: WebhookSettings | None = None) -> AdmissionHandlers:
+    return AdmissionHandlers(settings or WebhookSettings(), StaticQueueView(), NoCohorts())
