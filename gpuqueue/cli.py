@@ -23,7 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except BrokenPipeError:  # `gpuqueue simulate | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class QuotaEngine:
         self._seq = 0
         self._tree_dirty = True
         self.preemption_count = 0
+        self._assignments: dict[str, tuple] = {}  # key -> ((epoch, change counter), cq, assignment)
 
     # -- quota objects ---------------------------------------------------------------------
     def _spec_changed(self) -> None:
@@ -118,6 +119,7 @@ class QuotaEngine:
     def finish(self, key: str) -> AdmittedWorkload | PendingWorkload | None:
         """The workload's Job completed or was deleted: its quota is free again."""
         self._ensure_tree()
+        self._assignments.pop(key, None)
         w = self.state.release(key)
         if w is not None:
             self._bump(w.admission.cluster_queue, freed=True)
@@ -210,9 +212,30 @@ class QuotaEngine:
             if not entries:
                 break
             entries.sort(key=self._entry_order)
+            if self.fair_sharing is not None:
+                entries = self._best_per_root(entries)
             for e in entries:
                 self._process(e, now, out, by_cq)
+        self._announce_unevaluated(out)
         return out
+
+    def _best_per_root(self, entries: list[_Entry]) -> list[_Entry]:
+        """With fair sharing every admission changes the shares in its cohort tree, so only
+        the winner of each tree's tournament goes ahead; the rest are ranked again."""
+        seen: set[int] = set()
+        out = []
+        for e in entries:
+            rid = self._root_id(e.cq)
+            if rid not in seen:
+                seen.add(rid)
+                out.append(e)
+        return out
+
+    def _announce_unevaluated(self, out: list[d.Decision]) -> None:
+        """Workloads still waiting behind a StrictFIFO head say so."""
+        for p in self.pending.values():
+            if not p.evaluated:
+                self._set_pending(p, p.cluster_queue, d.PENDING_EVALUATION, out, "Pending")
 
     def _drain_stopped(self, now: float, out: list[d.Decision]) -> None:
         """HoldAndDrain on a ClusterQueue or LocalQueue evicts what it had admitted."""
@@ -275,10 +298,16 @@ class QuotaEngine:
                     break
                 if strict:
                     break
-        return [e for e in entries if e is not None]
+        return entries
 
     def _evaluate(self, p: PendingWorkload, cq: str) -> _Entry:
-        return _Entry(p, cq, self._assign(p.spec, cq), self._changed.get(self._root_id(cq), 0))
+        version = (self._epoch, self._changed.get(self._root_id(cq), 0))
+        cached = self._assignments.get(p.spec.key)
+        if cached is not None and cached[0] == version and cached[1] == cq:
+            return _Entry(p, cq, cached[2], version[1])
+        a = self._assign(p.spec, cq)
+        self._assignments[p.spec.key] = (version, cq, a)
+        return _Entry(p, cq, a, version[1])
 
     def _assign(self, wl: WorkloadSpec, cq: str) -> fa.Assignment:
         state = self.state
@@ -365,6 +394,7 @@ class QuotaEngine:
         )
         self._admissions += 1
         del self.pending[p.spec.key]
+        self._assignments.pop(p.spec.key, None)
         self.state.hold(AdmittedWorkload(p.spec, admission, (now, self._admissions), p.queue_ts))
         self._bump(cq, freed=False)
         out.append(d.Admitted(p.spec.key, admission, victims))

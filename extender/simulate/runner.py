@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -1,0 +1,69 @@
+"""Where the simulator puts an admitted job's pods: the extender's own filter and score
+code (extender.placement) over the scenario's Nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.placement.cache import NodeCache
+from extender.placement.kube import node_info_from_dict
+from extender.placement.model import GPU_RESOURCE, FlavorSelector, PodRequest, Toleration
+from extender.placement.place import place
+from extender.quota.engine import QuotaEngine
+from extender.quota.model import Admission
+from gpuqueue.api import core
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    nodes: dict[str, int] | None
+    message: str | None = None
+
+
+def _toleration(t) -> Toleration:
+    return Toleration(t.key or "", t.operator or "", t.value or "", t.effect or "")
+
+
+class NodePlacer:
+    def __init__(self) -> None:
+        # The simulator binds pods at once: nothing is ever in flight long enough to expire.
+        self.cache = NodeCache(clock=lambda: 0.0)
+        self.placed: dict[str, list[str]] = {}
+
+    def set_node(self, node: core.Node) -> None:
+        self.cache.upsert_node(node_info_from_dict(node.to_dict()))
+
+    def remove_node(self, name: str) -> None:
+        self.cache.remove_node(name)
+
+    def place(self, key: str, engine: QuotaEngine, admission: Admission) -> PlacementResult:
+        held = engine.state.admitted[key]
+        nodes: dict[str, int] = {}
+        uids: list[str] = []
+        for ps in held.spec.pod_sets:
+            flavor_names = sorted(set(admission.flavors_of(ps.name).values()))
+            labels: dict[str, str] = {}
+            flavor_tolerations: list[Toleration] = []
+            for name in flavor_names:
+                spec = engine.state.flavors.get(name)
+                if spec is not None:
+                    labels.update(dict(spec.node_labels))
+                    flavor_tolerations.extend(_toleration(t) for t in spec.tolerations)
+            selector = FlavorSelector.of("+".join(flavor_names), labels, tuple(flavor_tolerations))
+            per_pod = dict(ps.per_pod)
+            gpus = per_pod.pop(GPU_RESOURCE, 0)
+            pod = PodRequest(f"{key}/{ps.name}", gpus, per_pod, tuple(_toleration(t) for t in ps.tolerations), selector, key)
+            result = place(pod, ps.count, self.cache)
+            if result.unschedulable:
+                for uid in uids:
+                    self.cache.release(uid)
+                return PlacementResult(None, result.message)
+            uids.extend(result.pod_uids)
+            for node, n in result.nodes.items():
+                nodes[node] = nodes.get(node, 0) + n
+        self.placed[key] = uids
+        return PlacementResult(dict(sorted(nodes.items())))
+
+    def release(self, key: str) -> None:
+        for uid in self.placed.pop(key, []):
+            self.cache.release(uid)
