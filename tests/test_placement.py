@@ -8,6 +8,7 @@ import pytest
 from extender.placement import (FlavorSelector, NodeCache, NodeInfo, NodeVictims, PodRequest, Taint,
                                 Toleration, cache_of, extender_score, filter_nodes, place, rank_nodes,
                                 score_nodes, summarize, veto)
+from extender.placement.score import MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_NODE_BONUS
 from extender.placement.kube import PodSpec, job_key, node_info_from_dict, pod_requests, ObjectMeta
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -181,6 +182,8 @@ def test_siblings_pull_pods_of_the_same_job_to_their_node_then_their_domain():
     assert ranked["n1"] > ranked["n0"] > ranked["n2"] > ranked["n3"]
     assert dict(score_nodes(gpu_pod("p", 1), ["n0", "n1", "n2", "n3"], cache)) == {"n0": 2, "n1": 5, "n2": 2, "n3": 1}
     assert extender_score(99) == 10 and extender_score(-1) == 0
+    # the extender rounds rank values inline, relying on them staying within 0..10
+    assert PACKING_WEIGHT + SAME_NODE_BONUS <= MAX_EXTENDER_PRIORITY
 
 
 # -- place(), as the simulator uses it -------------------------------------------------

@@ -86,10 +86,10 @@ class AdmissionHandlers:
     # -- HTTP ---------------------------------------------------------------------
     def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
         limit = self.settings.max_body
+        too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
+                              413, "RequestEntityTooLarge")
 
         async def handle(request: web.Request) -> web.Response:
-            too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
-                                  413, "RequestEntityTooLarge")
             if request.content_length is not None and request.content_length > limit:
                 return _json(too_big, 413)
             try:

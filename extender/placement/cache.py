@@ -27,6 +27,11 @@ class NodeState:
 
     name: str
     info: NodeInfo | None = None
+    # copied from ``info`` so the per-node loops of filter and score read attributes only
+    gpus_alloc: int = 0
+    unschedulable: bool = False
+    hard_taints: tuple = ()
+    domain: str | None = None  # value of the cache's topology label
     gpus_used: int = 0  # bound pods
     gpus_reserved: int = 0  # in-flight pods
     used: dict[str, int] = field(default_factory=dict)
@@ -48,6 +53,20 @@ class NodeState:
     @property
     def gpus_taken(self) -> int:
         return self.gpus_used + self.gpus_reserved
+
+    def _set_info(self, info: NodeInfo | None, topology_label: str | None) -> None:
+        self.info = info
+        self.gpus_alloc = info.gpus if info is not None else 0
+        self.unschedulable = info.unschedulable if info is not None else False
+        self.hard_taints = info.hard_taints if info is not None else ()
+        self.domain = info.labels.get(topology_label) if info is not None and topology_label else None
+
+    def overlay(self, info: NodeInfo, topology_label: str | None) -> "NodeState":
+        """This node's usage with node facts from elsewhere (a Node object kube-scheduler sent)."""
+        st = NodeState(self.name, gpus_used=self.gpus_used, gpus_reserved=self.gpus_reserved,
+                       used=self.used, reserved=self.reserved, jobs=self.jobs)
+        st._set_info(info, topology_label)
+        return st
 
 
 @dataclass(slots=True)
@@ -80,16 +99,16 @@ class NodeCache:
         self._pods: dict[str, _PodRecord] = {}
         self._expiry: deque[tuple[float, str, _PodRecord]] = deque()
         self._selectors: dict[tuple[tuple[str, str], ...], set[str]] = {}
-        self._domains: dict[str, dict[str, int]] = {}  # topology value -> job key -> pods
+        self._job_domains: dict[str, dict[str, int]] = {}  # job key -> topology value -> pods
 
     # -- nodes ---------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> None:
         st = self.states.get(info.name)
         if st is None:
             st = self.states[info.name] = NodeState(info.name)
-        old_domain = self._domain_of(st)
-        st.info = info
-        new_domain = self._domain_of(st)
+        old_domain = st.domain
+        st._set_info(info, self.topology_label)
+        new_domain = st.domain
         if old_domain != new_domain:
             self._move_domain(st, old_domain, new_domain)
         for key, members in self._selectors.items():
@@ -102,8 +121,8 @@ class NodeCache:
         st = self.states.get(name)
         if st is None:
             return
-        self._move_domain(st, self._domain_of(st), None)
-        st.info = None
+        self._move_domain(st, st.domain, None)
+        st._set_info(None, self.topology_label)
         for members in self._selectors.values():
             members.discard(name)
         if not st.jobs and not st.gpus_taken and not st.used and not st.reserved:
@@ -178,10 +197,11 @@ class NodeCache:
     # -- topology ------------------------------------------------------------------
     def domain(self, name: str) -> str | None:
         st = self.states.get(name)
-        return self._domain_of(st) if st is not None else None
+        return st.domain if st is not None else None
 
-    def domain_jobs(self, domain: str) -> Mapping[str, int]:
-        return self._domains.get(domain, {})
+    def job_domains(self, job_key: str) -> Mapping[str, int]:
+        """Topology domains the Job has pods in (bound or in flight), with pod counts."""
+        return self._job_domains.get(job_key, {})
 
     # -- internals -----------------------------------------------------------------
     def _put(self, rec: _PodRecord) -> None:
@@ -196,24 +216,23 @@ class NodeCache:
         if st is None:
             st = self.states[rec.node] = NodeState(rec.node)
         st._add(rec, sign)
-        if rec.job_key is not None:
-            d = self._domain_of(st)
-            if d is not None:
-                _bump(self._domains.setdefault(d, {}), rec.job_key, sign)
+        if rec.job_key is not None and st.domain is not None:
+            self._bump_domain(rec.job_key, st.domain, sign)
         if sign < 0 and st.info is None and not st.jobs and not st.gpus_taken:
             del self.states[rec.node]
 
-    def _domain_of(self, st: NodeState) -> str | None:
-        if self.topology_label is None or st.info is None:
-            return None
-        return st.info.labels.get(self.topology_label)
+    def _bump_domain(self, job: str, domain: str, delta: int) -> None:
+        doms = self._job_domains.setdefault(job, {})
+        _bump(doms, domain, delta)
+        if not doms:
+            del self._job_domains[job]
 
     def _move_domain(self, st: NodeState, old: str | None, new: str | None) -> None:
         for job, n in st.jobs.items():
             if old is not None:
-                _bump(self._domains.setdefault(old, {}), job, -n)
+                self._bump_domain(job, old, -n)
             if new is not None:
-                _bump(self._domains.setdefault(new, {}), job, n)
+                self._bump_domain(job, new, n)
 
 
 def cache_of(nodes: Iterable[NodeInfo], **kwargs) -> NodeCache:

@@ -53,38 +53,44 @@ def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
     states = cache.states
     flavor = pod.flavor
     members = cache.members(flavor) if flavor is not None and nodes is None else None
+    mismatch = flavor.mismatch_reason if flavor is not None else ""
     tolerations = pod.all_tolerations
     tolerates_cordon = any(t.tolerates(UNSCHEDULABLE_TAINT) for t in tolerations)
     own = cache.own_reservation(pod.uid)
+    own_node = own[0] if own is not None else None
     need = pod.gpus
-    empty = _EMPTY
+    others = tuple((r, v) for r, v in pod.requests.items() if v > 0)
+    if nodes is not None:
+        label = cache.topology_label
+        states = {n: (states.get(n) or NodeState(n)).overlay(info, label) for n, info in nodes.items()}
     for name in names:
-        st = states.get(name, empty)
-        info = nodes.get(name) if nodes is not None else st.info
-        if info is None:
+        st = states.get(name)
+        if st is None or st.info is None:
             failed[name] = NOT_CACHED
             continue
-        if flavor is not None:
-            ok = (name in members) if members is not None else flavor.matches(info.labels)
-            if not ok:
-                unresolvable[name] = flavor.mismatch_reason
+        if members is not None:
+            if name not in members:
+                unresolvable[name] = mismatch
                 continue
-        if info.unschedulable and not tolerates_cordon:
+        elif flavor is not None and not flavor.matches(st.info.labels):
+            unresolvable[name] = mismatch
+            continue
+        if st.unschedulable and not tolerates_cordon:
             unresolvable[name] = CORDONED
             continue
-        if info.taints:
-            taint = untolerated_taint(info.taints, tolerations)
+        if st.hard_taints:
+            taint = untolerated_taint(st.hard_taints, tolerations)
             if taint is not None:
                 unresolvable[name] = taint_reason(taint)
                 continue
-        free = info.allocatable.get("nvidia.com/gpu", 0) - st.gpus_used - st.gpus_reserved
-        if own is not None and own[0] == name:
+        free = st.gpus_alloc - st.gpus_used - st.gpus_reserved
+        if name == own_node:
             free += own[1]
         if free < need:
             failed[name] = gpu_shortage(max(free, 0), need)
             continue
-        if pod.requests:
-            short = _other_shortage(pod, info, st, own if own is not None and own[0] == name else None)
+        if others:
+            short = _other_shortage(others, st, own if name == own_node else None)
             if short is not None:
                 failed[name] = short
                 continue
@@ -92,12 +98,12 @@ def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
     return out
 
 
-def _other_shortage(pod: PodRequest, info: NodeInfo, st: NodeState, own) -> str | None:
-    alloc = info.allocatable
-    for r, need in pod.requests.items():
+def _other_shortage(others, st: NodeState, own) -> str | None:
+    alloc = st.info.allocatable
+    for r, need in others:
         # A resource the node does not declare is left to kube-scheduler's own fit check:
         # the cache may not know it, and refusing on a guess would strand the pod.
-        if need <= 0 or r not in alloc:
+        if r not in alloc:
             continue
         free = alloc[r] - st.used.get(r, 0) - st.reserved.get(r, 0)
         if own is not None:
@@ -105,9 +111,6 @@ def _other_shortage(pod: PodRequest, info: NodeInfo, st: NodeState, own) -> str 
         if free < need:
             return resource_shortage(r, free, need)
     return None
-
-
-_EMPTY = NodeState("")
 
 
 def summarize(total: int, reasons: Mapping[str, str]) -> str:

@@ -5,13 +5,13 @@ partly used nodes are filled first and whole nodes stay free for large jobs. On 
 pods of the same Job prefer the node their siblings (bound or in flight) are on, then the
 topology domain (the cache's topology label) they are in.
 
-``rank`` is the exact value, used by the simulator to pick a node; ``extender_score`` is its
+``rank_nodes`` gives the exact value, used by the simulator to pick a node; ``extender_score`` is its
 integer projection sent to kube-scheduler.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from extender.placement.cache import NodeCache, NodeState
 from extender.placement.model import PodRequest
@@ -24,40 +24,44 @@ SAME_DOMAIN_BONUS = 1.5
 _EMPTY = NodeState("")
 
 
-def rank(pod: PodRequest, name: str, cache: NodeCache, own=None) -> float:
-    st = cache.states.get(name, _EMPTY)
-    info = st.info
-    alloc = info.allocatable.get("nvidia.com/gpu", 0) if info is not None else 0
-    value = 0.0
-    if alloc > 0:
-        after = st.gpus_used + st.gpus_reserved + pod.gpus
-        if own is not None and own[0] == name:
-            after -= own[1]
-        value = PACKING_WEIGHT * min(after / alloc, 1.0)
+def rank_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[tuple[str, float]]:
+    """The exact preference (0..10) for each candidate, in candidate order."""
+    cache.expire()
+    states = cache.states
+    own = cache.own_reservation(pod.uid)
+    own_node, own_gpus = (own[0], own[1]) if own is not None else (None, 0)
+    need = pod.gpus
     job = pod.job_key
-    if job is not None:
-        mine = 1 if own is not None and own[0] == name else 0
-        if st.jobs.get(job, 0) > mine:
-            value += SAME_NODE_BONUS
-        elif cache.topology_label is not None:
-            domain = cache.domain(name)
-            if domain is not None:
-                in_domain = cache.domain_jobs(domain).get(job, 0)
-                if own is not None and cache.domain(own[0]) == domain:
-                    in_domain -= 1
-                if in_domain > 0:
-                    value += SAME_DOMAIN_BONUS
-    return value
+    domains: Mapping[str, int] = {}
+    if job is not None and cache.topology_label is not None:
+        domains = cache.job_domains(job)
+        own_domain = cache.domain(own_node) if own_node is not None else None
+        if own_domain is not None and domains.get(own_domain, 0) > 0:
+            domains = {d: n - (d == own_domain) for d, n in domains.items() if n - (d == own_domain) > 0}
+    out = []
+    for name in names:
+        st = states.get(name, _EMPTY)
+        alloc = st.gpus_alloc
+        value = 0.0
+        if alloc > 0:
+            after = st.gpus_used + st.gpus_reserved + need
+            if name == own_node:
+                after -= own_gpus
+            value = PACKING_WEIGHT * after / alloc if after < alloc else PACKING_WEIGHT
+        if job is not None and (st.jobs or domains):
+            here = st.jobs.get(job, 0)
+            if name == own_node:
+                here -= 1
+            if here > 0:
+                value += SAME_NODE_BONUS
+            elif domains and st.domain in domains:
+                value += SAME_DOMAIN_BONUS
+        out.append((name, value))
+    return out
 
 
 def extender_score(value: float) -> int:
     return max(0, min(MAX_EXTENDER_PRIORITY, int(value + 0.5)))
-
-
-def rank_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[tuple[str, float]]:
-    cache.expire()
-    own = cache.own_reservation(pod.uid)
-    return [(n, rank(pod, n, cache, own)) for n in names]
 
 
 def score_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[tuple[str, int]]:

@@ -11,7 +11,7 @@ from extender.placement.filter import filter_nodes
 from extender.placement.kube import InvalidObject, Node, Pod, node_info, pod_requests, split_gpus, tolerations
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
-from extender.placement.score import best, extender_score, rank_nodes
+from extender.placement.score import best, rank_nodes
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
 from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, decode, describe,
                                      filter_error,
@@ -25,8 +25,10 @@ def pod_request(pod: Pod, verdict: Admitted) -> PodRequest:
         requests = pod_requests(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
-    gpus, others = split_gpus(requests)
-    return PodRequest(pod.metadata.uid, gpus, others, tolerations(pod.spec.tolerations),
+    gpus, _ = split_gpus(requests)
+    # Only GPUs are judged here: cpu, memory and the rest are kube-scheduler's own fit check,
+    # whose cache of them is the authoritative one (the simulator's place() checks them all).
+    return PodRequest(pod.metadata.uid, gpus, {}, tolerations(pod.spec.tolerations),
                       verdict.flavor, verdict.job_key)
 
 
@@ -94,7 +96,8 @@ def prioritize_verb(body: bytes, view: ClusterView) -> list[dict] | dict:
     top = best(ranked)
     if top is not None:
         view.nodes.reserve(pod.uid, top, pod.gpus, pod.requests, pod.job_key)
-    return host_priorities([(n, extender_score(v)) for n, v in ranked])
+    # rank_nodes stays within 0..MAX_EXTENDER_PRIORITY by construction: round half up inline
+    return [{"Host": n, "Score": int(v + 0.5)} for n, v in ranked]
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:
