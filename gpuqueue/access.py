@@ -42,13 +42,14 @@ def _a(component, group, resource, verbs, why, **kw) -> ApiAccess:
 
 
 WATCH = "get list watch"
+LIST_WATCH = "list watch"  # informer-style: list, then watch from the list's resourceVersion
 
 API_ACCESS: tuple[ApiAccess, ...] = (
     # webhook: the queue view it mutates and validates against
-    _a("webhook", KUEUE, "localqueues", WATCH, "default a Job's queue to the namespace's LocalQueue 'default'"),
-    _a("webhook", KUEUE, "cohorts", WATCH, "refuse cohort cycles"),
-    _a("webhook", KUEUE, "workloadpriorityclasses", WATCH, "default the priority-class label"),
-    _a("webhook", "", "namespaces", WATCH, "managedJobsNamespaceSelector"),
+    _a("webhook", KUEUE, "localqueues", LIST_WATCH, "default a Job's queue to the namespace's LocalQueue 'default'"),
+    _a("webhook", KUEUE, "cohorts", LIST_WATCH, "refuse cohort cycles"),
+    _a("webhook", KUEUE, "workloadpriorityclasses", LIST_WATCH, "default the priority-class label"),
+    _a("webhook", "", "namespaces", LIST_WATCH, "managedJobsNamespaceSelector"),
     # certs: `gpuqueue certs ensure` (init container of the webhook, and the renewal CronJob)
     _a("certs", "", "secrets", "create", "create the certs Secret on first install", install_namespace=True),
     _a("certs", "", "secrets", "get update", "read and renew the certs Secret", install_namespace=True, resource_names=(CERTS_SECRET,)),

@@ -192,11 +192,31 @@ def test_component_command_lines():
     assert cron["args"] == init["args"], "renewal must produce the same certificate as the first install"
 
 
+def all_containers():
+    for obj in OBJECTS:
+        for pod in render.pod_specs(obj):
+            for c in containers(pod):
+                yield pytest.param(c, pod["serviceAccountName"], id=f"{obj['metadata']['name']}/{c['name']}")
+
+
+@pytest.mark.parametrize("container,serviceaccount", list(all_containers()))
+def test_command_lines_parse_with_the_real_cli(container, serviceaccount):
+    from gpuqueue.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)).choices
+    if container["args"][0] not in commands:
+        pytest.skip(f"`gpuqueue {container['args'][0]}` is not on this branch yet; its flags are checked once it lands")
+    args = parser.parse_args(container["args"])  # SystemExit(2) on an unknown flag
+    if container["args"][0] == "webhook":
+        assert args.controller_username == f"system:serviceaccount:{NS}:gpuqueue-extender"
+
+
 def test_certificate_covers_both_services_and_the_scheduler_url():
     args = find("Deployment", "gpuqueue-webhook")["spec"]["template"]["spec"]["initContainers"][0]
     assert flag(args, "secret") == "gpuqueue-certs"
     assert flag(args, "namespace") == NS
-    assert flag(args, "webhook-configuration") == "gpuqueue"
+    assert flag(args, "webhook-config") == "gpuqueue"
     service = flag(args, "service")
     names = {service, f"{service}.{NS}", f"{service}.{NS}.svc", f"{service}.{NS}.svc.cluster.local"}
     names |= {a.split("=", 1)[1] for a in args["args"] if a.startswith("--dns=")}
