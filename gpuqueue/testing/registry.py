@@ -306,7 +306,7 @@ class Cluster:
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, content_type: str, patch_body, *,
               subresource: str | None = None, dry_run: bool = False, verb: str = "patch") -> dict:
-        current = self.render(rt, self._lookup(rt, namespace, name))
+        current = copy.deepcopy(self.render(rt, self._lookup(rt, namespace, name)))
         if content_type == patches.MERGE_PATCH:
             patched = patches.merge_patch(current, patch_body)
         elif content_type == patches.STRATEGIC_MERGE_PATCH and not rt.custom:

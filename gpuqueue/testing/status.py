@@ -127,9 +127,12 @@ def invalid(rt: ResourceType, name: str, errors: list[FieldError]) -> ApiError:
     """422 `Kind.group "name" is invalid: field: detail` (fixtures job.create-invalid-no-containers etc.)."""
     parts = [f"{e.field}: {e.detail}" for e in errors]
     summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    # events.k8s.io Events are validated as the internal core Event, so their errors name no group
+    group = "" if rt.storage_key == "events" else rt.group
+    kind = f"{rt.kind}.{group}" if group else rt.kind
     details = {"name": name}
-    if rt.group:
-        details["group"] = rt.group
+    if group:
+        details["group"] = group
     details["kind"] = rt.kind
     details["causes"] = [{"reason": e.reason, "message": e.detail, "field": e.field} for e in errors]
-    return ApiError(422, status_body(422, "Invalid", f'{rt.group_kind} "{name}" is invalid: {summary}', details))
+    return ApiError(422, status_body(422, "Invalid", f'{kind} "{name}" is invalid: {summary}', details))
