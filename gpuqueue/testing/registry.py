@@ -90,7 +90,8 @@ class Cluster:
                 except Exception as exc:  # noqa: BLE001 - an observer is test code; keep serving, report later
                     log.exception("observer failed on %s %s/%s", verb, key[0], key[1])
                     self.observer_errors.append(exc)
-        if type_ == "DELETED" or new["metadata"].get("ownerReferences") or new["metadata"].get("deletionTimestamp"):
+        if type_ == "DELETED" or any(o is not None and (o["metadata"].get("ownerReferences")
+                                                        or o["metadata"].get("deletionTimestamp")) for o in (new, old)):
             self._schedule_gc()
         return event
 
