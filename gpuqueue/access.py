@@ -1,0 +1,106 @@
+"""Every Kubernetes API call gpuqueue makes, declared in one table.
+
+The installed RBAC (manifests/rbac/) must grant exactly these permissions, no more and no fewer:
+tests/test_manifests_rbac.py compares the two. Code that talks to the API server declares each
+call here and checks it with `require(...)` in its client wrapper, so a call that is not in the
+table fails in tests instead of failing with 403 on a cluster, and a permission nobody calls any
+more shows up as a table entry that can be deleted.
+
+`component` is the process that makes the call; the manifests map components to ServiceAccounts
+(gpuqueue-webhook runs `webhook` and its `certs` init container, gpuqueue-extender runs
+`extender`, gpuqueue-certs runs the `certs` renewal CronJob).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The namespace the manifests install into; Role-scoped access (install_namespace=True) is
+# granted there only.
+INSTALL_NAMESPACE = "gpuqueue-system"
+CERTS_SECRET = "gpuqueue-certs"
+WEBHOOK_CONFIGURATION = "gpuqueue"
+LEADER_ELECTION_LEASE = "gpuqueue-extender"
+
+KUEUE = "kueue.x-k8s.io"
+COMPONENTS = ("webhook", "extender", "certs")
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    component: str
+    group: str  # "" is the core group
+    resource: str  # "workloads" or a subresource such as "workloads/status"
+    verbs: frozenset[str]
+    why: str
+    install_namespace: bool = False  # granted by a Role in INSTALL_NAMESPACE instead of cluster-wide
+    resource_names: tuple[str, ...] = ()
+
+
+def _a(component, group, resource, verbs, why, **kw) -> ApiAccess:
+    return ApiAccess(component, group, resource, frozenset(verbs.split()), why, **kw)
+
+
+WATCH = "get list watch"
+LIST_WATCH = "list watch"  # informer-style: list, then watch from the list's resourceVersion
+
+API_ACCESS: tuple[ApiAccess, ...] = (
+    # webhook: the queue view it mutates and validates against
+    _a("webhook", KUEUE, "localqueues", LIST_WATCH, "default a Job's queue to the namespace's LocalQueue 'default'"),
+    _a("webhook", KUEUE, "cohorts", LIST_WATCH, "refuse cohort cycles"),
+    _a("webhook", KUEUE, "workloadpriorityclasses", LIST_WATCH, "default the priority-class label"),
+    _a("webhook", "", "namespaces", LIST_WATCH, "managedJobsNamespaceSelector"),
+    # certs: `gpuqueue certs ensure` (init container of the webhook, and the renewal CronJob)
+    _a("certs", "", "secrets", "create", "create the certs Secret on first install", install_namespace=True),
+    _a("certs", "", "secrets", "get update", "read and renew the certs Secret", install_namespace=True, resource_names=(CERTS_SECRET,)),
+    _a("certs", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
+    _a("certs", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
+    # extender: controller and scheduler extender over one watch cache
+    _a("extender", "batch", "jobs", WATCH + " update patch", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
+    _a("extender", "batch", "jobs/finalizers", "update", "own Workloads with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
+    _a("extender", KUEUE, "workloads", WATCH + " create update patch", "one Workload per managed Job"),
+    _a("extender", KUEUE, "workloads/status", "get update patch", "admission, conditions"),
+    _a("extender", KUEUE, "clusterqueues", WATCH, "quota"),
+    _a("extender", KUEUE, "clusterqueues/status", "get update patch", "pending/admitted counts, usage, Active condition"),
+    _a("extender", KUEUE, "localqueues", WATCH, "queue lookup"),
+    _a("extender", KUEUE, "localqueues/status", "get update patch", "pending/admitted counts, usage"),
+    _a("extender", KUEUE, "cohorts", WATCH, "cohort quota and hierarchy"),
+    _a("extender", KUEUE, "cohorts/status", "get update patch", "fair sharing state"),
+    _a("extender", KUEUE, "resourceflavors", WATCH, "flavors' node labels and tolerations"),
+    _a("extender", KUEUE, "workloadpriorityclasses", WATCH, "workload priority"),
+    _a("extender", "scheduling.k8s.io", "priorityclasses", WATCH, "pod priority as workload priority"),
+    _a("extender", "", "namespaces", WATCH, "ClusterQueue namespaceSelector"),
+    _a("extender", "", "nodes", WATCH, "node capacity for /filter and /prioritize"),
+    _a("extender", "", "pods", WATCH, "GPUs requested by bound pods; victims' pods gone"),
+    _a("extender", "", "events", "create patch", "queued/admitted/preempted/resumed Events on Jobs"),
+    _a("extender", "coordination.k8s.io", "leases", "create", "leader election: first start", install_namespace=True),
+    _a("extender", "coordination.k8s.io", "leases", "get update", "leader election", install_namespace=True, resource_names=(LEADER_ELECTION_LEASE,)),
+)
+
+
+class UndeclaredApiAccess(RuntimeError):
+    pass
+
+
+def declared(component: str, group: str, resource: str, verb: str, *, namespace: str | None = None, name: str | None = None) -> bool:
+    """Whether API_ACCESS lets `component` do `verb` on `group/resource` (in `namespace`, on `name`)."""
+    for access in API_ACCESS:
+        if (access.component, access.group, access.resource) != (component, group, resource) or verb not in access.verbs:
+            continue
+        if access.install_namespace and namespace != INSTALL_NAMESPACE:
+            continue
+        if access.resource_names and name not in access.resource_names:
+            continue
+        return True
+    return False
+
+
+def require(component: str, group: str, resource: str, verb: str, *, namespace: str | None = None, name: str | None = None) -> None:
+    """Raise UndeclaredApiAccess unless the call is in API_ACCESS (and so granted by the manifests)."""
+    if not declared(component, group, resource, verb, namespace=namespace, name=name):
+        where = f" in namespace {namespace}" if namespace else ""
+        named = f" named {name}" if name else ""
+        raise UndeclaredApiAccess(
+            f"{component} may not {verb} {group or 'core'}/{resource}{named}{where}: add it to gpuqueue/access.py "
+            "and to manifests/rbac/ (tests/test_manifests_rbac.py checks they agree)"
+        )

@@ -1,0 +1,370 @@
+"""manifests/: the kustomize build renders, every object is valid Kubernetes, pods are locked down,
+the webhook configurations cannot block Jobs gpuqueue does not manage, and the scheduler
+configuration points at the extender the way a real kube-scheduler accepted."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from manifests.tools import render
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+FIXTURES = ROOT / "tests" / "fixtures" / "k8s-1.24"
+NS = "gpuqueue-system"
+# kubernetes-validate ships schemas for 1.25 onwards; 1.24 (the fixtures' version) is not
+# available offline, so check the oldest and newest it has.
+K8S_VERSIONS = ["1.25", "1.37"]
+
+OBJECTS = render.build()
+
+
+def find(kind: str, name: str) -> dict:
+    return next(o for o in OBJECTS if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def workloads() -> list[dict]:
+    return [o for o in OBJECTS if render.pod_specs(o)]
+
+
+def containers(pod: dict) -> list[dict]:
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def flag(container: dict, name: str) -> str | None:
+    for arg in container["args"]:
+        if arg == f"--{name}":
+            return ""
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+# --- the build ------------------------------------------------------------------------------
+
+
+def test_install_yaml_is_the_current_rendering():
+    assert (MANIFESTS / "install.yaml").read_text() == render.render(OBJECTS), "run: python manifests/tools/render.py"
+
+
+def test_everything_lands_in_gpuqueue_system():
+    for obj in OBJECTS:
+        if obj["kind"] not in render.CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == NS, obj["metadata"]["name"]
+    assert find("Namespace", NS)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_renderer_refuses_what_it_cannot_render(tmp_path):
+    (tmp_path / "kustomization.yaml").write_text("resources: [a.yaml]\npatches: []\n")
+    with pytest.raises(render.KustomizationError, match="patches"):
+        render.build(tmp_path)
+    (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\n")
+    with pytest.raises(render.KustomizationError, match="missing.yaml"):
+        render.build(tmp_path)
+
+
+def canonical(objects):
+    return sorted((yaml.safe_dump(o, sort_keys=True) for o in objects))
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: the Python rendering above is the check")
+def test_kubectl_kustomize_renders_the_same_objects():
+    out = subprocess.run(["kubectl", "kustomize", str(MANIFESTS)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert canonical(d for d in yaml.safe_load_all(out.stdout) if d) == canonical(OBJECTS)
+
+
+# --- every object is valid Kubernetes -----------------------------------------------------------
+
+
+def native_example_objects():
+    for path in sorted((MANIFESTS / "examples").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and not doc["apiVersion"].startswith("kueue.x-k8s.io/"):
+                yield doc
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_manifest_validates_against_the_kubernetes_openapi_schemas(version):
+    checked = 0
+    for obj in list(OBJECTS) + list(native_example_objects()):
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    assert checked == len(OBJECTS) + len(list(native_example_objects()))
+
+
+def test_the_validation_would_catch_a_mistake():
+    bad = copy.deepcopy(find("Deployment", "gpuqueue-webhook"))
+    bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.25", strict=True)
+
+
+def test_the_kube_scheduler_configs_parse():
+    data = find("ConfigMap", "gpuqueue-scheduler-config")["data"]
+    assert yaml.safe_load(data["config.yaml"])["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert yaml.safe_load(data["config-v1beta3.yaml"])["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+
+
+# --- pods ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("obj", workloads(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_pod_security(obj):
+    for pod in render.pod_specs(obj):
+        psc = pod["securityContext"]
+        assert psc["runAsNonRoot"] is True
+        assert isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0
+        assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod.get("hostNetwork") is not True and pod.get("hostPID") is not True
+        for c in containers(pod):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, c["name"]
+            assert sc["readOnlyRootFilesystem"] is True, c["name"]
+            assert sc["runAsNonRoot"] is True, c["name"]
+            assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]
+            assert "privileged" not in sc or sc["privileged"] is False
+            assert set(c["resources"]["requests"]) == {"cpu", "memory"}, c["name"]
+            assert set(c["resources"]["limits"]) == {"cpu", "memory"}, c["name"]
+            assert c["image"] == "gpuqueue:0.1.0"
+            # a read-only root needs somewhere for Python's temporary files
+            assert any(m["mountPath"] == "/tmp" for m in c.get("volumeMounts", []))
+        for volume in pod["volumes"]:
+            assert set(volume) - {"name"} <= {"secret", "configMap", "emptyDir"}, "restricted Pod Security volume types only"
+
+
+def test_image_tag_is_the_package_version():
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert kustomization["images"] == [{"name": "gpuqueue", "newTag": version}]
+
+
+@pytest.mark.parametrize("name", ["gpuqueue-webhook", "gpuqueue-extender"])
+def test_deployments_are_highly_available(name):
+    dep = find("Deployment", name)
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = dep["spec"]["template"]
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"] == pod["metadata"]["labels"]
+    pdb = find("PodDisruptionBudget", name)
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    main = pod["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        get = main[probe]["httpGet"]
+        assert (get["path"], get["scheme"], get["port"]) == (path, "HTTPS", "https")
+    assert int(flag(main, "port")) == ports["https"]
+    assert flag(main, "cert-dir") == "/etc/gpuqueue/certs"
+    assert flag(main, "config") == "/etc/gpuqueue/config/config.yaml"
+    mounts = {m["name"]: m["mountPath"] for m in main["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert mounts["certs"] == "/etc/gpuqueue/certs" and volumes["certs"]["secret"]["secretName"] == "gpuqueue-certs"
+    # optional: the Secret is created by the init container, after the kubelet set up volumes
+    assert volumes["certs"]["secret"]["optional"] is True
+    assert mounts["config"] == "/etc/gpuqueue/config" and volumes["config"]["configMap"]["name"] == "gpuqueue-config"
+
+
+def test_component_command_lines():
+    webhook = find("Deployment", "gpuqueue-webhook")["spec"]["template"]["spec"]
+    extender = find("Deployment", "gpuqueue-extender")["spec"]["template"]["spec"]
+    assert webhook["containers"][0]["args"][0] == "webhook"
+    assert flag(webhook["containers"][0], "host") == "0.0.0.0"
+    assert extender["containers"][0]["args"][0] == "extender"
+    assert flag(extender["containers"][0], "leader-elect") == ""
+    assert flag(extender["containers"][0], "kubeconfig") is None, "in cluster: the ServiceAccount, not a kubeconfig"
+    metrics = {p["name"]: p["containerPort"] for p in extender["containers"][0]["ports"]}["metrics"]
+    assert int(flag(extender["containers"][0], "metrics-port")) == metrics
+    init = webhook["initContainers"][0]
+    assert init["args"][:2] == ["certs", "ensure"]
+    cron = find("CronJob", "gpuqueue-certs")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert cron["args"] == init["args"], "renewal must produce the same certificate as the first install"
+
+
+def all_containers():
+    for obj in OBJECTS:
+        for pod in render.pod_specs(obj):
+            for c in containers(pod):
+                yield pytest.param(c, pod["serviceAccountName"], id=f"{obj['metadata']['name']}/{c['name']}")
+
+
+@pytest.mark.parametrize("container,serviceaccount", list(all_containers()))
+def test_command_lines_parse_with_the_real_cli(container, serviceaccount):
+    from gpuqueue.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)).choices
+    if container["args"][0] not in commands:
+        pytest.skip(f"`gpuqueue {container['args'][0]}` is not on this branch yet; its flags are checked once it lands")
+    args = parser.parse_args(container["args"])  # SystemExit(2) on an unknown flag
+    if container["args"][0] == "webhook":
+        assert args.controller_username == f"system:serviceaccount:{NS}:gpuqueue-extender"
+
+
+def test_certificate_covers_both_services_and_the_scheduler_url():
+    args = find("Deployment", "gpuqueue-webhook")["spec"]["template"]["spec"]["initContainers"][0]
+    assert flag(args, "secret") == "gpuqueue-certs"
+    assert flag(args, "namespace") == NS
+    assert flag(args, "webhook-config") == "gpuqueue"
+    service = flag(args, "service")
+    names = {service, f"{service}.{NS}", f"{service}.{NS}.svc", f"{service}.{NS}.svc.cluster.local"}
+    names |= {a.split("=", 1)[1] for a in args["args"] if a.startswith("--dns=")}
+    assert f"gpuqueue-webhook.{NS}.svc" in names, "kube-apiserver calls <service>.<namespace>.svc"
+    for config in ("config.yaml", "config-v1beta3.yaml"):
+        url = yaml.safe_load(find("ConfigMap", "gpuqueue-scheduler-config")["data"][config])["extenders"][0]["urlPrefix"]
+        host = url.split("://", 1)[1].split(":")[0]
+        assert host in names
+
+
+@pytest.mark.parametrize("name,port", [("gpuqueue-webhook", 443), ("gpuqueue-extender", 443), ("gpuqueue-extender-metrics", 8080)])
+def test_services_select_their_pods_and_named_ports(name, port):
+    svc = find("Service", name)
+    dep = find("Deployment", name.removesuffix("-metrics"))
+    assert svc["spec"]["selector"] == dep["spec"]["template"]["metadata"]["labels"]
+    (svc_port,) = svc["spec"]["ports"]
+    assert svc_port["port"] == port
+    assert svc_port["targetPort"] in {p["name"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+
+
+# --- webhook configurations ------------------------------------------------------------------
+
+
+def webhooks():
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(kind, "gpuqueue")["webhooks"]:
+            yield kind, hook
+
+
+def selector_matches(selector: dict, labels: dict) -> bool:
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def matching_webhooks(kind_filter: str, operation: str, namespace_labels: dict, object_labels: dict, group="batch", resource="jobs"):
+    hits = []
+    for kind, hook in webhooks():
+        if kind != kind_filter:
+            continue
+        if not any(group in r["apiGroups"] and resource in r["resources"] and operation in r["operations"] for r in hook["rules"]):
+            continue
+        if selector_matches(hook.get("namespaceSelector", {}), namespace_labels) and selector_matches(hook.get("objectSelector", {}), object_labels):
+            hits.append(hook["name"])
+    return hits
+
+
+def ns_labels(name, **extra):
+    return {"kubernetes.io/metadata.name": name, **extra}
+
+
+QUEUED = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
+MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
+
+
+def test_webhook_settings():
+    paths = set()
+    for _kind, hook in webhooks():
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert 1 <= hook["timeoutSeconds"] <= 10
+        svc = hook["clientConfig"]["service"]
+        assert (svc["name"], svc["namespace"], svc["port"]) == ("gpuqueue-webhook", NS, 443)
+        assert "caBundle" not in hook["clientConfig"], "certs ensure injects it; applying the manifests must not wipe it"
+        paths.add(svc["path"])
+        expressions = hook["namespaceSelector"]["matchExpressions"]
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NS]} in expressions
+    assert paths == {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue"}
+
+
+def test_labelled_jobs_are_mutated_and_validated_in_any_user_namespace():
+    assert matching_webhooks(MUTATING, "CREATE", ns_labels("default"), QUEUED) == ["job-with-queue.gpuqueue.io"]
+    assert matching_webhooks(VALIDATING, "UPDATE", ns_labels("default"), QUEUED) == ["job.gpuqueue.io"]
+
+
+def test_unlabelled_jobs_reach_gpuqueue_only_in_opted_in_namespaces():
+    # An outage of gpuqueue must not block Jobs it would not manage: they are never sent to it.
+    assert matching_webhooks(MUTATING, "CREATE", ns_labels("default"), {}) == []
+    assert matching_webhooks(VALIDATING, "UPDATE", ns_labels("default"), {"app": "x"}) == []
+    opted_in = ns_labels("team-a", **{"gpuqueue.io/managed": "true"})
+    assert matching_webhooks(MUTATING, "CREATE", opted_in, {}) == ["job-default-queue.gpuqueue.io"]
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", NS])
+def test_system_namespaces_are_never_matched(namespace):
+    for labels in ({}, QUEUED):
+        for operation in ("CREATE", "UPDATE"):
+            assert matching_webhooks(MUTATING, operation, ns_labels(namespace, **{"gpuqueue.io/managed": "true"}), labels) == []
+            assert matching_webhooks(VALIDATING, operation, ns_labels(namespace), labels) == []
+
+
+def test_quota_objects_are_validated():
+    for resource in ("clusterqueues", "resourceflavors", "localqueues", "cohorts", "workloadpriorityclasses"):
+        for operation in ("CREATE", "UPDATE"):
+            hits = matching_webhooks(VALIDATING, operation, {}, {}, group="kueue.x-k8s.io", resource=resource)
+            assert hits == ["kueue.gpuqueue.io"], resource
+
+
+def test_the_flame_namespaces_opt_in():
+    docs = list(yaml.safe_load_all((MANIFESTS / "examples" / "flame" / "namespaces.yaml").read_text()))
+    assert {d["metadata"]["name"] for d in docs} == {"team-a", "team-b", "team-c"}
+    for d in docs:
+        labels = ns_labels(d["metadata"]["name"], **d["metadata"]["labels"])
+        assert matching_webhooks(MUTATING, "CREATE", labels, {}) == ["job-default-queue.gpuqueue.io"]
+
+
+# --- scheduler configuration ------------------------------------------------------------------
+
+EXTENDER_FIELDS = {
+    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb", "weight", "enableHTTPS",
+    "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable",
+}  # fmt: skip
+TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+
+
+@pytest.mark.parametrize("key", ["config.yaml", "config-v1beta3.yaml"])
+def test_scheduler_extender_entry(key):
+    config = yaml.safe_load(find("ConfigMap", "gpuqueue-scheduler-config")["data"][key])
+    accepted = yaml.safe_load((FIXTURES / "extender" / "kube-scheduler-config.extender.nodeCacheCapable-true.yaml").read_text())
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (ours,) = config["extenders"]
+    (theirs,) = accepted["extenders"]
+    # kube-scheduler decodes its configuration strictly: an unknown field is a startup error.
+    assert set(ours) <= EXTENDER_FIELDS and set(ours["tlsConfig"]) <= TLS_FIELDS
+    for same in ("filterVerb", "prioritizeVerb", "preemptVerb", "nodeCacheCapable", "ignorable", "managedResources"):
+        assert ours[same] == theirs[same], same
+    assert ours["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert ours["enableHTTPS"] is True and ours["urlPrefix"] == f"https://gpuqueue-extender.{NS}.svc:443"
+    assert ours["weight"] >= 1 and ours["httpTimeout"].endswith("s")
+    assert ours["tlsConfig"]["caFile"] == "/etc/gpuqueue/certs/ca.crt"
+    assert [p["schedulerName"] for p in config["profiles"]] == ["gpuqueue-scheduler"]
+    assert config["leaderElection"]["resourceName"] == "gpuqueue-scheduler"
+
+
+def test_the_two_scheduler_config_versions_agree():
+    data = find("ConfigMap", "gpuqueue-scheduler-config")["data"]
+    v1, v1beta3 = yaml.safe_load(data["config.yaml"]), yaml.safe_load(data["config-v1beta3.yaml"])
+    v1.pop("apiVersion"), v1beta3.pop("apiVersion")
+    assert v1 == v1beta3
