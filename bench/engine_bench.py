@@ -26,7 +26,6 @@ from extender.quota.fairsharing import FairSharing
 from extender.quota.model import (
     ClusterQueueSpec, FlavorSpec, LocalQueueSpec, PodSetSpec, PreemptionSpec, Quota, ResourceGroupSpec, WorkloadSpec,
 )
-from gpuqueue.api.base import LabelSelector
 
 GPU = "nvidia.com/gpu"
 
@@ -34,7 +33,7 @@ GPU = "nvidia.com/gpu"
 def build(pending: int, queues: int, cohorts: int, fair: bool, seed: int = 1) -> QuotaEngine:
     engine = QuotaEngine(fair_sharing=FairSharing() if fair else None)
     engine.set_flavor(FlavorSpec("gh200"))
-    everyone = LabelSelector()
+    everyone: dict = {}
     for i in range(queues):
         name = f"cq-{i}"
         engine.set_cluster_queue(ClusterQueueSpec(

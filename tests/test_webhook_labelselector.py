@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.labelselector import LabelSelectorError, check_label_selector, selector_matches
+from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_matches
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from webhook.fielderrors import (
     too_many,
     unsupported,
 )
-from webhook.labelselector import LabelSelectorError, check_label_selector
+from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector
 
 KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass")
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.labelselector import LabelSelectorError, check_label_selector, selector_matches
+from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_matches
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"

@@ -72,7 +72,7 @@ def cluster_queue_spec(obj: kueue.ClusterQueue) -> ClusterQueueSpec:
         cohort=s.cohort_name or None,
         resource_groups=groups,
         quotas=quotas,
-        namespace_selector=s.namespace_selector,
+        namespace_selector=s.namespace_selector.to_dict() if s.namespace_selector is not None else None,
         queueing_strategy=s.queueing_strategy,
         preemption=PreemptionSpec(
             reclaim_within_cohort=s.preemption.reclaim_within_cohort,

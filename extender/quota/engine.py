@@ -20,6 +20,7 @@ from extender.quota.fairsharing import FairSharing
 from extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
 from extender.quota.preemption import ClassicalPreemptor, Target
 from extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
+from gpuqueue.api.labelselector import selector_matches
 
 MAX_ROUNDS_PER_WORKLOAD = 50  # a safety net against a preemption cycle; never reached in practice
 
@@ -322,10 +323,8 @@ class QuotaEngine:
         return (e.assignment.borrow_level, -e.pending.spec.priority, e.pending.queue_ts)
 
     def _namespace_allowed(self, wl: WorkloadSpec, cq: str) -> bool:
-        selector = self.state.cq_specs[cq].namespace_selector
-        if selector is None:
-            return False
-        return selector.matches(self.state.namespaces.get(wl.namespace, {}))
+        labels = self.state.namespaces.get(wl.namespace) or {"kubernetes.io/metadata.name": wl.namespace}
+        return selector_matches(self.state.cq_specs[cq].namespace_selector, labels)
 
     def _process(self, e: _Entry, now: float, out: list[d.Decision], by_cq: dict[str, list[PendingWorkload]]) -> None:
         p, cq = e.pending, e.cq

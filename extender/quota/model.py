@@ -7,7 +7,7 @@ see gpuqueue.api.quantity.to_engine_int.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from gpuqueue.api.base import Taint, Toleration
 
@@ -51,7 +51,7 @@ class ClusterQueueSpec:
     cohort: str | None = None
     resource_groups: tuple[ResourceGroupSpec, ...] = ()
     quotas: dict[FlavorResource, Quota] = field(default_factory=dict)
-    namespace_selector: object | None = None  # a LabelSelector; None selects nothing
+    namespace_selector: Mapping[str, Any] | None = None  # a LabelSelector; None selects nothing
     queueing_strategy: str = "BestEffortFIFO"
     preemption: PreemptionSpec = PreemptionSpec()
     when_can_borrow: str = "MayStopSearch"

@@ -65,22 +65,6 @@ class LabelSelector(KubeModel):
     match_labels: dict[str, str] = Field(default_factory=dict)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
-    def matches(self, labels: dict[str, str]) -> bool:
-        for k, v in self.match_labels.items():
-            if labels.get(k) != v:
-                return False
-        for req in self.match_expressions:
-            present = req.key in labels
-            if req.operator == "In" and not (present and labels[req.key] in req.values):
-                return False
-            if req.operator == "NotIn" and present and labels[req.key] in req.values:
-                return False
-            if req.operator == "Exists" and not present:
-                return False
-            if req.operator == "DoesNotExist" and present:
-                return False
-        return True
-
 
 class Taint(KubeModel):
     key: str
