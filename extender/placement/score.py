@@ -26,6 +26,12 @@ _EMPTY = NodeState("")
 
 def rank_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[tuple[str, float]]:
     """The exact preference (0..10) for each candidate, in candidate order."""
+    names = list(names)
+    return list(zip(names, rank_values(pod, names, cache)))
+
+
+def rank_values(pod: PodRequest, names: list[str], cache: NodeCache) -> list[float]:
+    """``rank_nodes`` without the names: one value per candidate, in order."""
     cache.expire()
     states = cache.states
     own = cache.own_reservation(pod.uid)
@@ -56,7 +62,7 @@ def rank_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[
                 value += SAME_NODE_BONUS
             elif domains and st.domain in domains:
                 value += SAME_DOMAIN_BONUS
-        out.append((name, value))
+        out.append(value)
     return out
 
 

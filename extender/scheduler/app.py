@@ -33,7 +33,8 @@ def _endpoint(verb: Callable[[bytes, ClusterView], object], on_crash: Callable[[
         except Exception as exc:  # a bug must not turn into a 5xx kube-scheduler cannot read
             log.exception("%s failed", request.path)
             result = on_crash(f"gpuqueue extender: internal error in {request.path}: {type(exc).__name__}: {exc}")
-        return web.Response(body=orjson.dumps(result), content_type="application/json")
+        body = result if isinstance(result, bytes) else orjson.dumps(result)
+        return web.Response(body=body, content_type="application/json")
 
     return handle
 

@@ -11,11 +11,11 @@ from extender.placement.filter import filter_nodes
 from extender.placement.kube import InvalidObject, Node, Pod, node_info, pod_requests, split_gpus, tolerations
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
-from extender.placement.score import best, rank_nodes
+from extender.placement.score import MAX_EXTENDER_PRIORITY, rank_values
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
 from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, decode, describe,
                                      filter_error,
-                                     filter_result, host_priorities, preemption_result)
+                                     encode_host_priorities, filter_result, host_priorities, preemption_result)
 
 log = logging.getLogger("gpuqueue.extender")
 
@@ -79,7 +79,7 @@ def filter_verb(body: bytes, view: ClusterView) -> dict:
     return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
 
 
-def prioritize_verb(body: bytes, view: ClusterView) -> list[dict] | dict:
+def prioritize_verb(body: bytes, view: ClusterView) -> bytes | list[dict] | dict:
     try:
         args: ExtenderArgs = decode(body, ExtenderArgs)
         names, _, _ = _candidates(args)
@@ -92,12 +92,14 @@ def prioritize_verb(body: bytes, view: ClusterView) -> list[dict] | dict:
         # decode, which is what we want, and the body still says why.
         log.warning("prioritize: %s", exc)
         return {"Error": str(exc)}
-    ranked = rank_nodes(pod, names, view.nodes)
-    top = best(ranked)
-    if top is not None:
-        view.nodes.reserve(pod.uid, top, pod.gpus, pod.requests, pod.job_key)
-    # rank_nodes stays within 0..MAX_EXTENDER_PRIORITY by construction: round half up inline
-    return [{"Host": n, "Score": int(v + 0.5)} for n, v in ranked]
+    values = rank_values(pod, names, view.nodes)
+    by_score: list[list[str]] = [[] for _ in range(MAX_EXTENDER_PRIORITY + 1)]
+    for name, value in zip(names, values):
+        by_score[int(value + 0.5)].append(name)  # rank values stay within 0..10: round half up
+    top = next((hosts for hosts in reversed(by_score) if hosts), None)
+    if top is not None:  # where kube-scheduler most likely binds it (ties: smallest name)
+        view.nodes.reserve(pod.uid, min(top), pod.gpus, pod.requests, pod.job_key)
+    return encode_host_priorities(by_score)
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:
