@@ -197,7 +197,7 @@ def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
         body = ev[action]
         template = _parse_action(action, body, f"{where}: {ew}.{action}", where, f"{ew}.{action}")
         for n in range(count or 1):
-            e = Event(at=at + n * (every or 0), order=order, action=action, where=ew, **template)
+            e = Event(at=at + n * (every or 0), order=order, action=action, where=f"{where}: {ew}", **template)
             if action == "submit" and count:
                 e.obj = _nth_job(template["obj"], n)
             out.append(e)
@@ -302,8 +302,8 @@ def _check_references(sc: Scenario) -> None:
             submitted.add(job_key(e.obj))
     for e in sc.events:
         if e.action == "finish" and e.job not in submitted:
-            raise ScenarioError(f"{sc.source}: {e.where}.finish: job {e.job} is never submitted")
+            raise ScenarioError(f"{e.where}.finish: job {e.job} is never submitted")
         if e.action == "delete" and e.ref and e.ref.kind == "Job":
             key = f"{e.ref.namespace}/{e.ref.name}"
             if key not in submitted:
-                raise ScenarioError(f"{sc.source}: {e.where}.delete: job {key} is never submitted")
+                raise ScenarioError(f"{e.where}.delete: job {key} is never submitted")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from gpuqueue.api.quantity import Quantity
 from gpuqueue.api.base import KubeModel, LabelSelector, ObjectMeta, QuantityField, Taint, Toleration
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -35,6 +36,13 @@ class ResourceQuota(KubeModel):
     nominal_quota: QuantityField
     borrowing_limit: QuantityField | None = None
     lending_limit: QuantityField | None = None
+
+    @field_validator("nominal_quota", "borrowing_limit", "lending_limit")
+    @classmethod
+    def _not_negative(cls, q: Quantity | None) -> Quantity | None:
+        if q is not None and q.value < 0:
+            raise ValueError(f"must be greater than or equal to 0, got {q}")
+        return q
 
 
 class FlavorQuotas(KubeModel):
