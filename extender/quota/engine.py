@@ -38,7 +38,7 @@ class QuotaEngine:
         self.state = ClusterState()
         self.pending: dict[str, PendingWorkload] = {}
         self.fair_sharing = fair_sharing
-        self.preemptor = ClassicalPreemptor(self.state)
+        self.preemptor = ClassicalPreemptor(self.state, fair_sharing)
         self._epoch = 0  # bumped by every spec change: every inadmissible workload is retried
         self._freed: dict[int, int] = {}  # per root: bumped when quota frees up
         self._changed: dict[int, int] = {}  # per root: bumped on any usage change
@@ -46,6 +46,7 @@ class QuotaEngine:
         self._seq = 0
         self._tree_dirty = True
         self.preemption_count = 0
+        self._now = 0.0
         self._assignments: dict[str, tuple] = {}  # key -> ((epoch, change counter), cq, assignment)
 
     # -- quota objects ---------------------------------------------------------------------
@@ -170,21 +171,30 @@ class QuotaEngine:
         if freed:
             self._freed[rid] = self._freed.get(rid, 0) + 1
 
-    def _mark(self, p: PendingWorkload, cq: str | None, sensitive_to_any_change: bool) -> None:
+    def _mark(self, p: PendingWorkload, cq: str | None, sensitive_to_any_change: bool, until: float | None = None) -> None:
+        """Remember that `p` cannot be admitted until its cohort tree frees quota (or, when
+        preemption was possible, changes at all), a spec changes, or time `until` comes."""
         rid = self._root_id(cq) if cq else 0
         if sensitive_to_any_change:
-            p.mark = (self._epoch, rid, "changed", self._changed.get(rid, 0))
+            p.mark = (self._epoch, rid, "changed", self._changed.get(rid, 0), until)
         else:
-            p.mark = (self._epoch, rid, "freed", self._freed.get(rid, 0))
+            p.mark = (self._epoch, rid, "freed", self._freed.get(rid, 0), until)
 
     def _mark_stale(self, p: PendingWorkload) -> bool:
         if p.mark is None:
             return True
-        epoch, rid, kind, version = p.mark
-        if epoch != self._epoch:
+        epoch, rid, kind, version, until = p.mark
+        if epoch != self._epoch or (until is not None and self._now >= until):
             return True
         counters = self._changed if kind == "changed" else self._freed
         return counters.get(rid, 0) != version
+
+    def next_wakeup(self) -> float | None:
+        """The earliest future time at which a waiting workload should be looked at again
+        even if nothing else happens (a preemption protection ending)."""
+        times = [p.mark[4] for p in self.pending.values() if p.mark is not None and p.mark[4] is not None]
+        future = [t for t in times if t > self._now]
+        return min(future) if future else None
 
     # -- the pass ---------------------------------------------------------------------------------
     def inactive_reason(self, cq: str) -> str | None:
@@ -200,8 +210,16 @@ class QuotaEngine:
             return "CohortCycle"
         return None
 
-    def schedule(self, now: float) -> list[d.Decision]:
+    def advance(self, now: float) -> None:
+        """Time moves on: called before the changes of a new instant (and by schedule())."""
         self._ensure_tree()
+        self._now = now
+        self.preemptor.now = now
+        if self.fair_sharing is not None:
+            self.fair_sharing.advance(self.state, now)
+
+    def schedule(self, now: float) -> list[d.Decision]:
+        self.advance(now)
         out: list[d.Decision] = []
         self._drain_stopped(now, out)
         by_cq = self._route_pending(out)
@@ -349,7 +367,8 @@ class QuotaEngine:
                 self._admit(p, cq, a, now, out, tuple(t.victim.spec.key for t in targets))
                 return
             self._set_pending(p, cq, a.message(), out, "WaitingForQuota")
-            self._mark(p, cq, True)
+            until = self.fair_sharing.protection_ends if self.fair_sharing is not None else None
+            self._mark(p, cq, True, until)
             return
         reason = "WaitingForQuota"
         if any(r.startswith("insufficient quota") for ps in a.pod_sets for r in ps.reasons):
@@ -360,10 +379,7 @@ class QuotaEngine:
         self._mark(p, cq, False)
 
     def _targets(self, wl: WorkloadSpec, cq: str, a: fa.Assignment) -> list[Target]:
-        frs = a.resources_needing_preemption()
-        if self.fair_sharing is not None:
-            return self.fair_sharing.targets(self.state, self.preemptor, wl, cq, a.usage, frs)
-        return self.preemptor.get_targets(wl, cq, a.usage, frs)
+        return self.preemptor.get_targets(wl, cq, a.usage, a.resources_needing_preemption())
 
     def _preempt(
         self, t: Target, preemptor: str, preemptor_cq: str, now: float, out: list[d.Decision], by_cq: dict[str, list[PendingWorkload]]

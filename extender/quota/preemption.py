@@ -68,8 +68,12 @@ def candidate_order_key(preemptor_cq: str):
 
 
 class ClassicalPreemptor:
-    def __init__(self, state: "ClusterState") -> None:
+    """Kueue's preemptor; with fair sharing on, target search goes to `fair.targets`."""
+
+    def __init__(self, state: "ClusterState", fair=None) -> None:
         self.state = state
+        self.fair = fair
+        self.now = 0.0
 
     # -- candidates -------------------------------------------------------------
     def find_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> list["AdmittedWorkload"]:
@@ -104,6 +108,8 @@ class ClassicalPreemptor:
     def get_targets(
         self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource]
     ) -> list[Target]:
+        if self.fair is not None:
+            return self.fair.targets(self.state, self, wl, cq_name, request, frs, self.now)
         candidates = self.find_candidates(wl, cq_name, frs)
         if not candidates:
             return []
@@ -160,12 +166,12 @@ class ClassicalPreemptor:
             for t in targets:
                 state.add_usage(t.victim)
             return []
-        targets = self._fill_back(cq_name, request, targets, allow_borrowing)
+        targets = self.fill_back(cq_name, request, targets, allow_borrowing)
         for t in targets:
             state.add_usage(t.victim)
         return targets
 
-    def _fill_back(
+    def fill_back(
         self, cq_name: str, request: dict[FlavorResource, int], targets: list[Target], allow_borrowing: bool
     ) -> list[Target]:
         """Give back, latest first (but never the last one taken), every victim the workload

@@ -15,6 +15,7 @@ from extender.quota.fairsharing import FairSharing
 from extender.simulate.placement import NodePlacer
 from extender.simulate.scenario import Event, Scenario, job_key, job_runtime
 from gpuqueue.api import core, kueue
+from gpuqueue.api.duration import parse_duration
 from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -43,7 +44,12 @@ class Simulation:
         cfg = scenario.configuration or kueue.Configuration()
         fair = None
         if cfg.fair_sharing is not None:
-            fair = FairSharing(strategies=tuple(cfg.fair_sharing.preemption_strategies))
+            fs = cfg.fair_sharing
+            fair = FairSharing(
+                strategies=tuple(fs.preemption_strategies),
+                usage_half_life=parse_duration(fs.usage_half_life_time) if fs.usage_half_life_time else None,
+                minimum_admitted_time=parse_duration(fs.minimum_admitted_time) if fs.minimum_admitted_time else None,
+            )
         self.engine = QuotaEngine(fair_sharing=fair)
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
@@ -194,12 +200,16 @@ class Simulation:
             completion = self._next_completion()
             if completion is not None:
                 candidates.append(completion[0])
+            wakeup = self.engine.next_wakeup()
+            if wakeup is not None:
+                candidates.append(wakeup)
             if not candidates:
                 return
             t = min(candidates)
             if until is not None and t > until:
                 return
             self.now = t
+            self.engine.advance(t)
             step = Step(time=t)
             if first:
                 for obj in self.scenario.objects:

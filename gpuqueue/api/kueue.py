@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuqueue.api.duration import parse_duration
 from gpuqueue.api.quantity import Quantity
 from gpuqueue.api.base import KubeModel, LabelSelector, ObjectMeta, QuantityField, Taint, Toleration
 
@@ -161,6 +162,20 @@ class FairSharingConfig(KubeModel):
     preemption_strategies: list[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]] = Field(
         default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     )
+    # gpuqueue extensions, off unless set (Kueue-compatible behaviour is the default):
+    # a ClusterQueue's share also counts its recent borrowing, decayed with this half-life;
+    usage_half_life_time: str | None = None
+    # a borrower admitted less than this long ago is not preempted to even out shares.
+    minimum_admitted_time: str | None = None
+
+    @field_validator("usage_half_life_time", "minimum_admitted_time")
+    @classmethod
+    def _duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            seconds = parse_duration(v)
+            if seconds < 0:
+                raise ValueError(f"must not be negative, got {v!r}")
+        return v
 
 
 class Configuration(KubeModel):
