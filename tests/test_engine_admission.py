@@ -1,0 +1,77 @@
+"""Admission against nominal quota: every resource alike, pod count x per-pod requests, flavor order,
+flavorFungibility (Kueue docs: concepts/cluster_queue.md "Resources", "FlavorFungibility")."""
+
+from tests.scenarios.sim import run
+
+MSG = "couldn't assign flavors to pod set main: "
+
+
+def test_cpu_memory_and_gpu_are_each_a_quota():
+    r = run("admission-each-resource.yaml")
+    assert r.admitted_at(0.0) == ["ns/a"]
+    assert r.admissions("ns/a")[0]["flavors"] == {"cpu": "default", "memory": "default", "nvidia.com/gpu": "default"}
+    assert r.final_pending() == {
+        "ns/b": MSG + "insufficient unused quota for cpu in flavor default, 1 more needed",
+        "ns/c": MSG + "insufficient unused quota for memory in flavor default, 1Gi more needed",
+        "ns/d": MSG + "insufficient unused quota for nvidia.com/gpu in flavor default, 1 more needed",
+    }
+    assert r.final["usage"] == {"cq": {"default": {"cpu": "3", "memory": "2Gi", "nvidia.com/gpu": "1"}}}
+
+
+def test_pod_count_times_per_pod_requests():
+    r = run("podcount-requests.yaml")
+    usage = {cq: u["default"]["cpu"] for cq, u in r.final["usage"].items()}
+    assert usage == {
+        "cq-par": "2",  # min(parallelism 3, completions 2) pods x 1
+        "cq-par4": "2",  # parallelism 4 x 500m
+        "cq-init": "3",  # an init container needing more than the containers raises the pod's request
+        "cq-sidecar": "3",  # a sidecar (restartPolicy Always) runs beside the containers
+        "cq-limits": "2",  # a limit stands in for a missing request
+        "cq-overhead": "1250m",  # pod overhead is added
+    }
+
+
+def test_flavors_tried_in_order_and_message_names_each():
+    r = run("flavors-in-order.yaml")
+    assert r.admissions("ns/a")[0]["flavors"] == {"cpu": "spot"}
+    assert r.admissions("ns/b")[0]["flavors"] == {"cpu": "on-demand"}
+    assert r.final_pending() == {
+        "ns/c": MSG
+        + "insufficient quota for cpu in flavor spot, previously considered podsets requests (0) + current podset "
+        "request (4) > maximum capacity (2), insufficient unused quota for cpu in flavor on-demand, 1 more needed"
+    }
+
+
+def test_when_can_borrow_may_stop_search_is_the_default():
+    (adm,) = run("fungibility-borrow-default.yaml").admissions("ns/a")
+    assert (adm["flavors"], adm["borrowing"]) == ({"cpu": "f1"}, True)
+
+
+def test_when_can_borrow_try_next_flavor_prefers_no_borrowing():
+    (adm,) = run("fungibility-borrow-trynext.yaml").admissions("ns/a")
+    assert (adm["flavors"], adm["borrowing"]) == ({"cpu": "f2"}, False)
+
+
+def test_v1beta1_borrow_means_may_stop_search_and_cohort_means_cohort_name():
+    (adm,) = run("fungibility-borrow-v1beta1.yaml").admissions("ns/a")
+    assert (adm["flavors"], adm["borrowing"]) == ({"cpu": "f1"}, True)
+
+
+def test_when_can_preempt_try_next_flavor_is_the_default():
+    r = run("fungibility-preempt-default.yaml")
+    assert r.events("Preempted") == []
+    assert r.admissions("ns/high")[0]["flavors"] == {"cpu": "f2"}
+
+
+def _assert_preempts_in_first_flavor(name: str) -> None:
+    r = run(name)
+    assert r.preempted_at(10.0) == [("ns/low", "InClusterQueue")]
+    assert [(e["job"], e["flavors"]["cpu"]) for e in r.events("Admitted", at=10.0)] == [("ns/high", "f1"), ("ns/low", "f2")]
+
+
+def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor():
+    _assert_preempts_in_first_flavor("fungibility-preempt-maystop.yaml")
+
+
+def test_v1beta1_preempt_means_may_stop_search():
+    _assert_preempts_in_first_flavor("fungibility-preempt-v1beta1.yaml")
