@@ -54,8 +54,6 @@ FLAVOR = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {n
     pytest.param(
         JOB + "---\napiVersion: gpuqueue.io/v1alpha1\nkind: Scenario\nevents:\n- {at: 5, finish: ns/never}\n",
         ["document 2", "events[0].finish", "ns/never"],
-        marks=pytest.mark.xfail(strict=True, reason="simulator bug: the never-submitted-job error names the field "
-                                "(events[0].finish) but not the document (index and kind), as SIMULATE.md requires"),
         id="finish-never-submitted"),
 ])
 def test_invalid_scenario_exits_2_with_one_line(tmp_path, text, must_name):

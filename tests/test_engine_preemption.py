@@ -101,8 +101,6 @@ def test_victim_requeued_resumes_and_keeps_progress():
     assert r.final["finished"] == ["ns/high", "ns/low"] and r.final["pending"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: fitsResourceQuota does not simulate preemption when only "
-                   "withinClusterQueue allows it and the preemptor would borrow (Kueue's canPreemptWithinClusterQueue)")
 def test_within_cluster_queue_preemption_may_leave_the_preemptor_borrowing():
     r = run("within-while-borrowing.yaml")
     assert r.preempted_at(10.0) == [("a/a-low", "InClusterQueue")]

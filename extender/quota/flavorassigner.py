@@ -279,10 +279,13 @@ class FlavorAssigner:
         if val <= available:
             return P_FIT, borrow, []
         why = [f"insufficient unused quota for {res} in flavor {flavor}, {format_engine_int(res, val - available)} more needed"]
-        if node.nominal(fr) >= val or may_reclaim or self._can_preempt_while_borrowing():
+        if node.nominal(fr) >= val or may_reclaim or self._can_preempt_within_cluster_queue() or self._can_preempt_while_borrowing():
             pmode, borrow_after = self.oracle(self.cq.name, wl, fr, val)
             return pmode, borrow_after, why
         return P_NO_FIT, borrow, why
+
+    def _can_preempt_within_cluster_queue(self) -> bool:
+        return self.cq.preemption.within_cluster_queue != "Never"
 
     def _can_preempt_while_borrowing(self) -> bool:
         p = self.cq.preemption
