@@ -154,7 +154,8 @@ class QuotaEngine:
         return p.message if p else None
 
     def usage(self, cq: str) -> dict[tuple[str, str], int]:
-        return self.state.cq_usage(cq)
+        node = None if self._tree_dirty else self.state.cq_nodes.get(cq)
+        return dict(node.usage) if node is not None else self.state.cq_usage(cq)
 
     def cluster_queue_of(self, wl: WorkloadSpec) -> str | None:
         lq = self.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")

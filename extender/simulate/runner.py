@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ class JobRecord:
     progress: float = 0.0
     admitted_at: float | None = None
     state: str = "pending"  # pending | admitted | finished | deleted | unmanaged
+    token: int = 0  # bumped whenever the job stops running: stale completion entries are skipped
 
 
 @dataclass
@@ -65,12 +67,17 @@ class Simulation:
         self.preemptions = 0
         self._generated = 0
         self._last_usage: dict[str, dict[tuple[str, str], int]] = {}
+        self._completions: list[tuple[float, str, int]] = []  # (end time, job, token)
+        self._touched: set[str] = set()  # ClusterQueues whose usage may have changed in this step
+        self._all_touched = True
         self.now = 0.0
 
     # -- objects -------------------------------------------------------------------------------
     def apply(self, obj: BaseModel) -> list[dict[str, Any]]:
         """Create or replace an object; returns report events (for Jobs)."""
         e = self.engine
+        if not isinstance(obj, core.Job):
+            self._all_touched = True
         if isinstance(obj, kueue.ResourceFlavor):
             e.set_flavor(convert.flavor_spec(obj))
             if obj.metadata.name not in self.flavor_order:
@@ -108,6 +115,8 @@ class Simulation:
 
     def delete(self, kind: str, name: str, namespace: str | None) -> list[dict[str, Any]]:
         e = self.engine
+        if kind != "Job":
+            self._all_touched = True
         if kind == "Job":
             return self.remove_job(f"{namespace}/{name}", "Deleted")
         if kind == "ResourceFlavor":
@@ -166,6 +175,9 @@ class Simulation:
             rec.state = "deleted" if kind == "Deleted" else "finished"
             return [{"kind": kind, "job": key}]
         cq = self.engine.admission(key).cluster_queue if self.engine.is_admitted(key) else rec.cluster_queue
+        if cq:
+            self._touched.add(cq)
+        rec.token += 1
         self.engine.finish(key)
         if self.placer is not None:
             self.placer.release(key)
@@ -177,14 +189,26 @@ class Simulation:
         return [ev]
 
     # -- the timeline -------------------------------------------------------------------------
-    def _next_completion(self) -> tuple[float, str] | None:
-        best: tuple[float, str] | None = None
-        for key, rec in self.jobs.items():
-            if rec.state == "admitted" and rec.runtime is not None and rec.admitted_at is not None:
-                t = rec.admitted_at + (rec.runtime - rec.progress)
-                if best is None or (t, key) < best:
-                    best = (t, key)
-        return best
+    def _next_completion(self) -> float | None:
+        heap = self._completions
+        while heap:
+            t, key, token = heap[0]
+            rec = self.jobs.get(key)
+            if rec is not None and rec.state == "admitted" and rec.token == token:
+                return t
+            heapq.heappop(heap)
+        return None
+
+    def _due(self, t: float) -> list[str]:
+        """Jobs whose runtime is up at `t`, in key order."""
+        due = []
+        heap = self._completions
+        while heap and heap[0][0] <= t + 1e-9:
+            _, key, token = heapq.heappop(heap)
+            rec = self.jobs.get(key)
+            if rec is not None and rec.state == "admitted" and rec.token == token:
+                due.append(key)
+        return sorted(due)
 
     def run(self, until: float | None = None):
         """Yields one Step per instant at which anything happened."""
@@ -199,7 +223,7 @@ class Simulation:
                 candidates.append(events[idx].at)
             completion = self._next_completion()
             if completion is not None:
-                candidates.append(completion[0])
+                candidates.append(completion)
             wakeup = self.engine.next_wakeup()
             if wakeup is not None:
                 candidates.append(wakeup)
@@ -218,10 +242,8 @@ class Simulation:
                     step.events.extend(self.submit(job))
                 first = False
             # completions first: a job whose time is up is done before anything else happens
-            for key, rec in sorted(self.jobs.items()):
-                if rec.state == "admitted" and rec.runtime is not None and rec.admitted_at is not None:
-                    if rec.admitted_at + (rec.runtime - rec.progress) <= t + 1e-9:
-                        step.events.extend(self.remove_job(key, "Finished"))
+            for key in self._due(t):
+                step.events.extend(self.remove_job(key, "Finished"))
             while idx < len(events) and events[idx].at == t:
                 step.events.extend(self._run_event(events[idx]))
                 idx += 1
@@ -269,6 +291,9 @@ class Simulation:
 
     def _stop_running(self, key: str, now: float) -> None:
         rec = self.jobs[key]
+        rec.token += 1
+        if rec.cluster_queue:
+            self._touched.add(rec.cluster_queue)
         if rec.admitted_at is not None:
             rec.progress += now - rec.admitted_at
         rec.admitted_at = None
@@ -281,6 +306,10 @@ class Simulation:
         rec.state = "admitted"
         rec.admitted_at = now
         rec.cluster_queue = dec.admission.cluster_queue
+        self._touched.add(rec.cluster_queue)
+        if rec.runtime is not None:
+            rec.token += 1
+            heapq.heappush(self._completions, (now + rec.runtime - rec.progress, dec.key, rec.token))
         ev: dict[str, Any] = {
             "kind": "Admitted",
             "job": dec.key,
@@ -304,7 +333,12 @@ class Simulation:
 
     def _usage_changes(self) -> dict[str, dict[str, dict[str, str]]]:
         changed: dict[str, dict[str, dict[str, str]]] = {}
-        names = set(self.engine.state.cq_specs) | set(self._last_usage)
+        if self._all_touched:
+            names = set(self.engine.state.cq_specs) | set(self._last_usage)
+        else:
+            names = self._touched
+        self._touched = set()
+        self._all_touched = False
         for cq in sorted(names, key=self._cq_sort_key):
             now = self.usage_of(cq)
             if now != self._last_usage.get(cq, {}):
