@@ -12,6 +12,7 @@ same step, so no other workload can slip into it.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from extender.quota import decisions as d
@@ -19,6 +20,7 @@ from extender.quota import flavorassigner as fa
 from extender.quota.fairsharing import FairSharing
 from extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
 from extender.quota.preemption import ClassicalPreemptor, Target
+from extender.quota.queues import ClusterQueueQueue, PendingGroup
 from extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
 from gpuqueue.api.labelselector import selector_matches
 
@@ -27,10 +29,16 @@ MAX_ROUNDS_PER_WORKLOAD = 50  # a safety net against a preemption cycle; never r
 
 @dataclass(slots=True)
 class _Entry:
-    pending: PendingWorkload
-    cq: str
+    group: PendingGroup
     assignment: fa.Assignment
-    computed_at: int  # the root's change counter when the assignment was computed
+
+    @property
+    def pending(self) -> PendingWorkload:
+        return self.group.members[0]
+
+    @property
+    def cq(self) -> str:
+        return self.group.cq
 
 
 class QuotaEngine:
@@ -39,15 +47,21 @@ class QuotaEngine:
         self.pending: dict[str, PendingWorkload] = {}
         self.fair_sharing = fair_sharing
         self.preemptor = ClassicalPreemptor(self.state, fair_sharing)
-        self._epoch = 0  # bumped by every spec change: every inadmissible workload is retried
-        self._freed: dict[int, int] = {}  # per root: bumped when quota frees up
-        self._changed: dict[int, int] = {}  # per root: bumped on any usage change
+        self.preemption_count = 0
+        self._epoch = 0  # bumped by every spec change
+        self._routed_epoch = -1  # the epoch the queues were built for
+        self._tree_dirty = True
+        self._freed: dict[int, int] = {}  # per cohort tree (root id): bumped when quota frees up
+        self._changed: dict[int, int] = {}  # per cohort tree: bumped on any usage change
+        self._queues: dict[str, ClusterQueueQueue] = {}
+        self._root_cqs: dict[int, list[str]] = {}
+        self._ready: set[str] = set()  # ClusterQueues that may have something to look at
+        self._wakeups: list[tuple[float, str]] = []  # (time, ClusterQueue): protections ending
+        self._unannounced: set[str] = set()  # pending workloads that never got a message
+        self._assignments: dict[int, tuple] = {}  # id(group) -> (version, assignment)
         self._admissions = 0
         self._seq = 0
-        self._tree_dirty = True
-        self.preemption_count = 0
         self._now = 0.0
-        self._assignments: dict[str, tuple] = {}  # key -> ((epoch, change counter), cq, assignment)
 
     # -- quota objects ---------------------------------------------------------------------
     def _spec_changed(self) -> None:
@@ -107,7 +121,14 @@ class QuotaEngine:
             raise ValueError(f"workload {wl.key} is already known")
         if not wl.seq:
             wl.seq = self.next_seq()
-        self.pending[wl.key] = PendingWorkload(spec=wl, queue_ts=(wl.created, wl.seq))
+        p = PendingWorkload(spec=wl, queue_ts=(wl.created, wl.seq))
+        self._enqueue(p)
+
+    def _enqueue(self, p: PendingWorkload) -> None:
+        self.pending[p.spec.key] = p
+        self._unannounced.add(p.spec.key)
+        if self._routed_epoch == self._epoch and not self._tree_dirty:
+            self._route(p, None)
 
     def restore_admitted(self, wl: WorkloadSpec, admission: Admission, admitted_at: float) -> None:
         """A workload the API already records as admitted (a restarted controller)."""
@@ -121,12 +142,17 @@ class QuotaEngine:
     def finish(self, key: str) -> AdmittedWorkload | PendingWorkload | None:
         """The workload's Job completed or was deleted: its quota is free again."""
         self._ensure_tree()
-        self._assignments.pop(key, None)
         w = self.state.release(key)
         if w is not None:
             self._bump(w.admission.cluster_queue, freed=True)
             return w
-        return self.pending.pop(key, None)
+        p = self.pending.pop(key, None)
+        if p is not None:
+            self._unannounced.discard(key)
+            q = self._queues.get(p.cluster_queue or "")
+            if q is not None:
+                q.remove(p)
+        return p
 
     delete = finish
 
@@ -138,7 +164,8 @@ class QuotaEngine:
             return None
         self._bump(w.admission.cluster_queue, freed=True)
         p = PendingWorkload(spec=w.spec, queue_ts=(now, self.next_seq()), requeued=True)
-        self.pending[key] = p
+        p.cluster_queue = w.admission.cluster_queue
+        self._enqueue(p)
         return p
 
     # -- queries ------------------------------------------------------------------------------
@@ -171,33 +198,31 @@ class QuotaEngine:
         self._changed[rid] = self._changed.get(rid, 0) + 1
         if freed:
             self._freed[rid] = self._freed.get(rid, 0) + 1
+            self._ready.update(self._root_cqs.get(rid, ()))
 
-    def _mark(self, p: PendingWorkload, cq: str | None, sensitive_to_any_change: bool, until: float | None = None) -> None:
-        """Remember that `p` cannot be admitted until its cohort tree frees quota (or, when
-        preemption was possible, changes at all), a spec changes, or time `until` comes."""
-        rid = self._root_id(cq) if cq else 0
-        if sensitive_to_any_change:
-            p.mark = (self._epoch, rid, "changed", self._changed.get(rid, 0), until)
-        else:
-            p.mark = (self._epoch, rid, "freed", self._freed.get(rid, 0), until)
+    def _is_ready(self, g: PendingGroup) -> bool:
+        if g.parked is None:
+            return True
+        rid, freed, until = g.parked
+        if self._freed.get(rid, 0) != freed or (until is not None and self._now >= until):
+            g.parked = None
+            return True
+        return False
 
-    def _mark_stale(self, p: PendingWorkload) -> bool:
-        if p.mark is None:
-            return True
-        epoch, rid, kind, version, until = p.mark
-        if epoch != self._epoch or (until is not None and self._now >= until):
-            return True
-        counters = self._changed if kind == "changed" else self._freed
-        return counters.get(rid, 0) != version
+    def _park(self, g: PendingGroup, until: float | None) -> None:
+        rid = self._root_id(g.cq)
+        g.parked = (rid, self._freed.get(rid, 0), until)
+        if until is not None:
+            heapq.heappush(self._wakeups, (until, g.cq))
 
     def next_wakeup(self) -> float | None:
         """The earliest future time at which a waiting workload should be looked at again
         even if nothing else happens (a preemption protection ending)."""
-        times = [p.mark[4] for p in self.pending.values() if p.mark is not None and p.mark[4] is not None]
-        future = [t for t in times if t > self._now]
-        return min(future) if future else None
+        while self._wakeups and self._wakeups[0][0] <= self._now:
+            heapq.heappop(self._wakeups)
+        return self._wakeups[0][0] if self._wakeups else None
 
-    # -- the pass ---------------------------------------------------------------------------------
+    # -- routing: which ClusterQueue a pending workload waits in --------------------------------
     def inactive_reason(self, cq: str) -> str | None:
         """Why a ClusterQueue admits nothing (None when it is active)."""
         spec = self.state.cq_specs[cq]
@@ -211,32 +236,81 @@ class QuotaEngine:
             return "CohortCycle"
         return None
 
+    def _reroute(self, out: list[d.Decision]) -> None:
+        """After a spec change: rebuild every queue (every inadmissible workload is looked at
+        again) and drain what stopped queues hold."""
+        self._queues = {}
+        self._assignments = {}
+        for name, spec in self.state.cq_specs.items():
+            if self.inactive_reason(name) is None:
+                self._queues[name] = ClusterQueueQueue(
+                    name, spec.queueing_strategy == "StrictFIFO", spec.preemption.within_cluster_queue == "LowerOrNewerEqualPriority"
+                )
+        self._root_cqs = {}
+        for name in sorted(self._queues):
+            self._root_cqs.setdefault(self._root_id(name), []).append(name)
+        self._ready = set(self._queues)
+        self._drain_stopped(out)  # before the epoch is marked routed, so evictees are routed below
+        self._routed_epoch = self._epoch
+        for p in sorted(self.pending.values(), key=lambda p: p.queue_ts):
+            self._route(p, out)
+
+    def _route(self, p: PendingWorkload, out: list[d.Decision] | None) -> None:
+        wl = p.spec
+        state = self.state
+        lq = state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        problem: tuple[str | None, str] | None = None
+        if lq is None:
+            problem = (None, f"LocalQueue {wl.queue_name} doesn't exist")
+        elif lq.stop_policy != "None":
+            problem = (lq.cluster_queue, f"LocalQueue {wl.queue_name} is inactive")
+        elif lq.cluster_queue not in state.cq_specs:
+            problem = (lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} doesn't exist")
+        elif lq.cluster_queue not in self._queues:
+            problem = (lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} is inactive")
+        if problem is not None:
+            if out is not None:
+                self._set_pending(p, problem[0], problem[1], out, "Inadmissible")
+            else:  # said at the end of the next pass
+                p.cluster_queue, p.message, p.reason = problem[0], problem[1], "Inadmissible"
+            return
+        assert lq is not None
+        p.cluster_queue = lq.cluster_queue
+        g = self._queues[lq.cluster_queue].push(p)
+        if g.parked is not None and g.members[0] is not p and not p.evaluated:
+            # it would get its group's answer in this state: the message its first member has
+            p.message, p.reason = g.members[0].message, g.members[0].reason
+        self._ready.add(lq.cluster_queue)
+
+    # -- the pass ---------------------------------------------------------------------------------
     def advance(self, now: float) -> None:
         """Time moves on: called before the changes of a new instant (and by schedule())."""
         self._ensure_tree()
         self._now = now
         self.preemptor.now = now
+        while self._wakeups and self._wakeups[0][0] <= now:
+            self._ready.add(heapq.heappop(self._wakeups)[1])
         if self.fair_sharing is not None:
             self.fair_sharing.advance(self.state, now)
 
     def schedule(self, now: float) -> list[d.Decision]:
         self.advance(now)
         out: list[d.Decision] = []
-        self._drain_stopped(now, out)
-        by_cq = self._route_pending(out)
+        if self._routed_epoch != self._epoch:
+            self._reroute(out)
         limit = MAX_ROUNDS_PER_WORKLOAD * (len(self.pending) + 1)
         rounds = 0
         while rounds < limit:
             rounds += 1
-            entries = self._heads(by_cq)
+            entries = self._heads()
             if not entries:
                 break
             entries.sort(key=self._entry_order)
             if self.fair_sharing is not None:
                 entries = self._best_per_root(entries)
             for e in entries:
-                self._process(e, now, out, by_cq)
-        self._announce_unevaluated(out)
+                self._process(e, now, out)
+        self._announce(out)
         return out
 
     def _best_per_root(self, entries: list[_Entry]) -> list[_Entry]:
@@ -251,13 +325,16 @@ class QuotaEngine:
                 out.append(e)
         return out
 
-    def _announce_unevaluated(self, out: list[d.Decision]) -> None:
-        """Workloads still waiting behind a StrictFIFO head say so."""
-        for p in self.pending.values():
-            if not p.evaluated:
-                self._set_pending(p, p.cluster_queue, d.PENDING_EVALUATION, out, "Pending")
+    def _announce(self, out: list[d.Decision]) -> None:
+        """Every workload that started waiting in this pass says why: its own answer, its
+        group's, a queue problem, or (behind a StrictFIFO head) that it was not looked at yet."""
+        for key in sorted(self._unannounced, key=lambda k: self.pending[k].queue_ts if k in self.pending else (0, 0)):
+            p = self.pending.get(key)
+            if p is not None and not p.evaluated:
+                self._set_pending(p, p.cluster_queue, p.message or d.PENDING_EVALUATION, out, p.reason)
+        self._unannounced.clear()
 
-    def _drain_stopped(self, now: float, out: list[d.Decision]) -> None:
+    def _drain_stopped(self, out: list[d.Decision]) -> None:
         """HoldAndDrain on a ClusterQueue or LocalQueue evicts what it had admitted."""
         for key, w in list(self.state.admitted.items()):
             cq_spec = self.state.cq_specs.get(w.admission.cluster_queue)
@@ -268,73 +345,40 @@ class QuotaEngine:
                 reason, msg = "LocalQueueStopped", "The LocalQueue is stopped"
             else:
                 continue
-            self.evict(key, now)
+            self.evict(key, self._now)
             out.append(d.Evicted(key, w.admission.cluster_queue, reason, msg))
 
     def _set_pending(self, p: PendingWorkload, cq: str | None, message: str, out: list[d.Decision], reason: str) -> None:
         if p.message != message or p.cluster_queue != cq or not p.evaluated:
             out.append(d.Pending(p.spec.key, cq, message, reason))
         p.message = message
+        p.reason = reason
         p.cluster_queue = cq
         p.evaluated = True
 
-    def _route_pending(self, out: list[d.Decision]) -> dict[str, list[PendingWorkload]]:
-        """Sort pending workloads into their ClusterQueues; those that cannot be queued get
-        Kueue's message (missing or stopped queues, inactive ClusterQueue)."""
-        state = self.state
-        by_cq: dict[str, list[PendingWorkload]] = {}
-        for p in self.pending.values():
-            wl = p.spec
-            lq = state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-            if lq is None:
-                self._set_pending(p, None, f"LocalQueue {wl.queue_name} doesn't exist", out, "Inadmissible")
-                continue
-            if lq.stop_policy != "None":
-                self._set_pending(p, lq.cluster_queue, f"LocalQueue {wl.queue_name} is inactive", out, "Inadmissible")
-                continue
-            if lq.cluster_queue not in state.cq_specs:
-                self._set_pending(p, lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} doesn't exist", out, "Inadmissible")
-                continue
-            if self.inactive_reason(lq.cluster_queue) is not None:
-                self._set_pending(p, lq.cluster_queue, f"ClusterQueue {lq.cluster_queue} is inactive", out, "Inadmissible")
-                continue
-            if p.cluster_queue != lq.cluster_queue:
-                p.mark = None
-            p.cluster_queue = lq.cluster_queue
-            by_cq.setdefault(lq.cluster_queue, []).append(p)
-        for items in by_cq.values():
-            items.sort(key=PendingWorkload.order_key)
-        return by_cq
-
-    def _heads(self, by_cq: dict[str, list[PendingWorkload]]) -> list[_Entry]:
+    def _heads(self) -> list[_Entry]:
         entries: list[_Entry] = []
-        for cq, items in by_cq.items():
-            strict = self.state.cq_specs[cq].queueing_strategy == "StrictFIFO"
-            for p in items:
-                if p.spec.key not in self.pending:
-                    continue
-                if self._mark_stale(p):
-                    entries.append(self._evaluate(p, cq))
-                    break
-                if strict:
-                    break
+        for cq in sorted(self._ready):
+            q = self._queues.get(cq)
+            g = q.next_group(self._is_ready) if q is not None else None
+            if g is None:
+                self._ready.discard(cq)
+                continue
+            entries.append(_Entry(g, self._assignment(g)))
         return entries
 
-    def _evaluate(self, p: PendingWorkload, cq: str) -> _Entry:
-        version = (self._epoch, self._changed.get(self._root_id(cq), 0))
-        cached = self._assignments.get(p.spec.key)
-        if cached is not None and cached[0] == version and cached[1] == cq:
-            return _Entry(p, cq, cached[2], version[1])
-        a = self._assign(p.spec, cq)
-        self._assignments[p.spec.key] = (version, cq, a)
-        return _Entry(p, cq, a, version[1])
-
-    def _assign(self, wl: WorkloadSpec, cq: str) -> fa.Assignment:
+    def _assignment(self, g: PendingGroup) -> fa.Assignment:
+        version = (self._epoch, self._changed.get(self._root_id(g.cq), 0))
+        cached = self._assignments.get(id(g))
+        if cached is not None and cached[0] == version and cached[2] is g:
+            return cached[1]
         state = self.state
         assigner = fa.FlavorAssigner(
-            state.cq_specs[cq], state.cq_nodes[cq], state.flavors, self.preemptor.simulate, self.fair_sharing is not None
+            state.cq_specs[g.cq], state.cq_nodes[g.cq], state.flavors, self.preemptor.simulate, self.fair_sharing is not None
         )
-        return assigner.assign(wl)
+        a = assigner.assign(g.members[0].spec)
+        self._assignments[id(g)] = (version, a, g)
+        return a
 
     def _entry_order(self, e: _Entry) -> tuple:
         if self.fair_sharing is not None:
@@ -345,60 +389,61 @@ class QuotaEngine:
         labels = self.state.namespaces.get(wl.namespace) or {"kubernetes.io/metadata.name": wl.namespace}
         return selector_matches(self.state.cq_specs[cq].namespace_selector, labels)
 
-    def _process(self, e: _Entry, now: float, out: list[d.Decision], by_cq: dict[str, list[PendingWorkload]]) -> None:
-        p, cq = e.pending, e.cq
-        if p.spec.key not in self.pending:
+    def _give_up(self, g: PendingGroup, message: str, reason: str, out: list[d.Decision], until: float | None = None) -> None:
+        """The group cannot be admitted now: its first member says why, members that never
+        had an answer get the same one, and the group waits for quota to free up."""
+        for i, p in enumerate(g.members):
+            if i == 0 or not p.evaluated:
+                self._set_pending(p, g.cq, message, out, reason)
+        self._park(g, until)
+
+    def _process(self, e: _Entry, now: float, out: list[d.Decision]) -> None:
+        g = e.group
+        q = self._queues.get(g.cq)
+        if not g.members or g.parked is not None or q is None or q.groups.get(g.sig) is not g:
             return
-        if not self._namespace_allowed(p.spec, cq):
-            self._set_pending(p, cq, "Workload namespace doesn't match ClusterQueue selector", out, "Inadmissible")
-            self._mark(p, cq, False)
+        p = g.members[0]
+        if not self._namespace_allowed(p.spec, g.cq):
+            self._give_up(g, "Workload namespace doesn't match ClusterQueue selector", "Inadmissible", out)
             return
-        if e.computed_at != self._changed.get(self._root_id(cq), 0):
-            e.assignment = self._assign(p.spec, cq)
-        a = e.assignment
+        a = self._assignment(g)
         mode = a.mode
         if mode == fa.FIT:
-            self._admit(p, cq, a, now, out, ())
+            self._admit(g, a, now, out, ())
             return
         if mode == fa.PREEMPT:
-            targets = self._targets(p.spec, cq, a)
+            if self.fair_sharing is not None:
+                self.fair_sharing.protection_ends = None
+            targets = self._targets(p.spec, g.cq, a)
             if targets:
+                victims = tuple(t.victim.spec.key for t in targets)
                 for t in targets:
-                    self._preempt(t, p.spec.key, cq, now, out, by_cq)
-                self._admit(p, cq, a, now, out, tuple(t.victim.spec.key for t in targets))
+                    self._preempt(t, p.spec.key, g.cq, now, out)
+                self._admit(g, a, now, out, victims)
                 return
-            self._set_pending(p, cq, a.message(), out, "WaitingForQuota")
             until = self.fair_sharing.protection_ends if self.fair_sharing is not None else None
-            self._mark(p, cq, True, until)
+            self._give_up(g, a.message(), "WaitingForQuota", out, until)
             return
         reason = "WaitingForQuota"
         if any(r.startswith("insufficient quota") for ps in a.pod_sets for r in ps.reasons):
             reason = "ExceedsMaxQuota"
         elif any(ps.failed and not any(r.startswith("insufficient") for r in ps.reasons) for ps in a.pod_sets):
             reason = "NoMatchingFlavor"
-        self._set_pending(p, cq, a.message(), out, reason)
-        self._mark(p, cq, False)
+        self._give_up(g, a.message(), reason, out)
 
     def _targets(self, wl: WorkloadSpec, cq: str, a: fa.Assignment) -> list[Target]:
         return self.preemptor.get_targets(wl, cq, a.usage, a.resources_needing_preemption())
 
-    def _preempt(
-        self, t: Target, preemptor: str, preemptor_cq: str, now: float, out: list[d.Decision], by_cq: dict[str, list[PendingWorkload]]
-    ) -> None:
+    def _preempt(self, t: Target, preemptor: str, preemptor_cq: str, now: float, out: list[d.Decision]) -> None:
         victim = t.victim
         vcq = victim.admission.cluster_queue
-        p = self.evict(victim.spec.key, now)
-        assert p is not None
-        p.cluster_queue = vcq
+        self.evict(victim.spec.key, now)
         self.preemption_count += 1
         out.append(d.Preempted(victim.spec.key, vcq, preemptor, preemptor_cq, t.reason))
-        items = by_cq.setdefault(vcq, [])
-        items.append(p)
-        items.sort(key=PendingWorkload.order_key)
 
-    def _admit(
-        self, p: PendingWorkload, cq: str, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...]
-    ) -> None:
+    def _admit(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...]) -> None:
+        p = g.members[0]
+        cq = g.cq
         node = self.state.cq_nodes[cq]
         borrowing = any(node.borrowing_with(fr, v) for fr, v in a.usage.items())
         admission = Admission(
@@ -409,8 +454,10 @@ class QuotaEngine:
             borrowing=borrowing,
         )
         self._admissions += 1
+        self._queues[cq].remove(p)
         del self.pending[p.spec.key]
-        self._assignments.pop(p.spec.key, None)
+        self._unannounced.discard(p.spec.key)
         self.state.hold(AdmittedWorkload(p.spec, admission, (now, self._admissions), p.queue_ts))
         self._bump(cq, freed=False)
         out.append(d.Admitted(p.spec.key, admission, victims))
+

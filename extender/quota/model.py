@@ -99,6 +99,17 @@ class PodSetSpec:
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.per_pod.items()}
 
+    def fingerprint(self) -> tuple:
+        """Everything about the pod set that the engine's decisions depend on, hashable."""
+        return (
+            self.name,
+            self.count,
+            tuple(sorted(self.per_pod.items())),
+            tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
+            self.node_selector,
+            self.affinity_terms,
+        )
+
 
 @dataclass(slots=True)
 class WorkloadSpec:

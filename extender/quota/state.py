@@ -23,8 +23,8 @@ class PendingWorkload:
     spec: WorkloadSpec
     queue_ts: tuple[float, int]  # creation or eviction time, then submission order
     message: str | None = None
+    reason: str = "Pending"
     cluster_queue: str | None = None
-    mark: tuple | None = None  # set when found inadmissible: what must change to retry
     evaluated: bool = False
     requeued: bool = False  # preempted or evicted at least once
 
