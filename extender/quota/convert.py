@@ -130,7 +130,24 @@ class PriorityResolver:
         return 0
 
 
+_POD_SETS: dict[tuple[int, str, int], tuple[core.PodTemplateSpec, PodSetSpec]] = {}
+
+
 def pod_set_from_template(name: str, count: int, template: core.PodTemplateSpec) -> PodSetSpec:
+    """The engine's pod set; computed once per template object (Jobs generated from one
+    template share it)."""
+    key = (id(template), name, count)
+    hit = _POD_SETS.get(key)
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    ps = _pod_set(name, count, template)
+    if len(_POD_SETS) > 10_000:
+        _POD_SETS.clear()
+    _POD_SETS[key] = (template, ps)
+    return ps
+
+
+def _pod_set(name: str, count: int, template: core.PodTemplateSpec) -> PodSetSpec:
     spec = template.spec
     per_pod = {r: to_engine_int(r, q) for r, q in pod_requests(spec).items()}
     terms: list[tuple[tuple[str, str, tuple[str, ...]], ...]] = []

@@ -32,7 +32,7 @@ class Target:
 
 
 def uses_resources(victim: "AdmittedWorkload", frs: set[FlavorResource]) -> bool:
-    return any(fr in frs for fr in victim.admission.usage)
+    return not frs.isdisjoint(victim.admission.usage)
 
 
 def cq_is_borrowing(node: "QuotaNode", frs: Iterable[FlavorResource]) -> bool:

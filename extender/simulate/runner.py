@@ -146,20 +146,22 @@ class Simulation:
         return prefix + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
 
     def submit(self, job: core.Job) -> list[dict[str, Any]]:
-        job = job.model_copy(deep=True)
-        if not job.metadata.namespace:
-            job.metadata.namespace = "default"
-        if not job.metadata.name:
-            job.metadata.name = self._generate_name(job.metadata.generate_name or "job-")
-        key = job_key(job)
+        meta = job.metadata.model_copy()
+        meta.namespace = meta.namespace or "default"
+        if not meta.name:
+            meta.name = self._generate_name(meta.generate_name or "job-")
+        key = f"{meta.namespace}/{meta.name}"
         existing = self.jobs.get(key)
         if existing is not None and existing.state not in ("deleted",):
-            return [{"kind": "Rejected", "job": key, "message": f'jobs.batch "{job.metadata.name}" already exists'}]
-        result = mutate_job(job.to_dict(), self.queue_view, self.jobs_config)
+            return [{"kind": "Rejected", "job": key, "message": f'jobs.batch "{meta.name}" already exists'}]
+        # The webhook's mutation reads and writes only metadata and spec.suspend.
+        seen = {"apiVersion": job.api_version, "kind": job.kind, "metadata": meta.to_dict(), "spec": {"suspend": job.spec.suspend}}
+        result = mutate_job(seen, self.queue_view, self.jobs_config)
         if not result.managed:
             self.jobs[key] = JobRecord(key, state="unmanaged")
             return [{"kind": "Ignored", "job": key, "message": f"not managed by gpuqueue: {result.reason.removeprefix('unmanaged: ')}"}]
-        mutated = core.Job.model_validate(result.job)
+        meta.labels = dict(result.job["metadata"].get("labels") or {})
+        mutated = job.model_copy(update={"metadata": meta})
         wl = convert.workload_from_job(mutated, self.priorities, created=self.now, seq=self.engine.next_seq())
         if result.queue_name is None:
             wl.queue_name = ""

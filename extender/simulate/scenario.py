@@ -206,10 +206,11 @@ def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
 
 
 def _nth_job(job: core.Job, n: int) -> core.Job:
-    copy = job.model_copy(deep=True)
-    if copy.metadata.name:
-        copy.metadata.name = f"{job.metadata.name}-{n}"
-    return copy
+    """The n-th job of a repeated submit: its own metadata, the template's spec shared
+    (nothing changes a submitted spec, and thousands of copies would cost)."""
+    if not job.metadata.name:
+        return job
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"name": f"{job.metadata.name}-{n}"})})
 
 
 def _parse_action(action: str, body: Any, full: str, where: str, prefix: str) -> dict[str, Any]:
