@@ -80,18 +80,6 @@ class _PodRecord:
     expires: float = 0.0
 
 
-_LOAD_BITS = 24
-
-
-def load_key(alloc: int, taken: int) -> int:
-    """(allocatable GPUs, GPUs taken) as one int: a dict key that hashes for free."""
-    return (alloc << _LOAD_BITS) | max(taken, 0)
-
-
-def load_of(key: int) -> tuple[int, int]:
-    return key >> _LOAD_BITS, key & ((1 << _LOAD_BITS) - 1)
-
-
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
     n = counts.get(key, 0) + delta
     if n > 0:
@@ -112,12 +100,6 @@ class NodeCache:
         self._expiry: deque[tuple[float, str, _PodRecord]] = deque()
         self._selectors: dict[tuple[tuple[str, str], ...], set[str]] = {}
         self._job_domains: dict[str, dict[str, int]] = {}  # job key -> topology value -> pods
-        self._job_nodes: dict[str, dict[str, int]] = {}  # job key -> node -> pods
-        # Flat indexes kept next to ``states`` so filter and score look nodes up with C-level
-        # dict gets instead of per-node Python code:
-        self.free: dict[str, int] = {}  # plain nodes (cached, schedulable, no hard taint): GPUs free
-        self.load: dict[str, int] = {}  # every node: load_key(allocatable GPUs, GPUs taken)
-        self.domain_of: dict[str, str] = {}  # node -> value of the topology label
 
     # -- nodes ---------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> None:
@@ -129,11 +111,6 @@ class NodeCache:
         new_domain = st.domain
         if old_domain != new_domain:
             self._move_domain(st, old_domain, new_domain)
-        if new_domain is not None:
-            self.domain_of[info.name] = new_domain
-        else:
-            self.domain_of.pop(info.name, None)
-        self._index(st)
         for key, members in self._selectors.items():
             if all(info.labels.get(k) == v for k, v in key):
                 members.add(info.name)
@@ -146,13 +123,10 @@ class NodeCache:
             return
         self._move_domain(st, st.domain, None)
         st._set_info(None, self.topology_label)
-        self.domain_of.pop(name, None)
         for members in self._selectors.values():
             members.discard(name)
         if not st.jobs and not st.gpus_taken and not st.used and not st.reserved:
-            self._drop(name)
-        else:
-            self._index(st)
+            del self.states[name]
 
     def node(self, name: str) -> NodeInfo | None:
         st = self.states.get(name)
@@ -229,10 +203,6 @@ class NodeCache:
         """Topology domains the Job has pods in (bound or in flight), with pod counts."""
         return self._job_domains.get(job_key, {})
 
-    def job_nodes(self, job_key: str) -> Mapping[str, int]:
-        """Nodes the Job has pods on (bound or in flight), with pod counts."""
-        return self._job_nodes.get(job_key, {})
-
     # -- internals -----------------------------------------------------------------
     def _put(self, rec: _PodRecord) -> None:
         old = self._pods.pop(rec.uid, None)
@@ -246,30 +216,10 @@ class NodeCache:
         if st is None:
             st = self.states[rec.node] = NodeState(rec.node)
         st._add(rec, sign)
-        if rec.job_key is not None:
-            nodes = self._job_nodes.setdefault(rec.job_key, {})
-            _bump(nodes, rec.node, sign)
-            if not nodes:
-                del self._job_nodes[rec.job_key]
-            if st.domain is not None:
-                self._bump_domain(rec.job_key, st.domain, sign)
+        if rec.job_key is not None and st.domain is not None:
+            self._bump_domain(rec.job_key, st.domain, sign)
         if sign < 0 and st.info is None and not st.jobs and not st.gpus_taken:
-            self._drop(rec.node)
-        else:
-            self._index(st)
-
-    def _index(self, st: NodeState) -> None:
-        taken = st.gpus_used + st.gpus_reserved
-        self.load[st.name] = load_key(st.gpus_alloc, taken)
-        if st.info is not None and not st.unschedulable and not st.hard_taints:
-            self.free[st.name] = st.gpus_alloc - taken
-        else:
-            self.free.pop(st.name, None)
-
-    def _drop(self, name: str) -> None:
-        del self.states[name]
-        self.load.pop(name, None)
-        self.free.pop(name, None)
+            del self.states[rec.node]
 
     def _bump_domain(self, job: str, domain: str, delta: int) -> None:
         doms = self._job_domains.setdefault(job, {})

@@ -46,94 +46,56 @@ def taint_reason(taint) -> str:
 def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
                  nodes: Mapping[str, NodeInfo] | None = None) -> FilterResult:
     """Judge each candidate. Node facts come from ``nodes`` when given (kube-scheduler sent
-    full Node objects), else from the cache; usage always comes from the cache.
-
-    With cached node facts and nothing but GPUs to check, the nodes that certainly pass (of
-    the flavor, plain, enough GPUs free by the cache's index) are picked with one dict lookup
-    each; only the others go through the full per-node judgement, which gives the reason."""
+    full Node objects), else from the cache; usage always comes from the cache."""
     cache.expire()
-    names = names if isinstance(names, list) else list(names)
     out = FilterResult()
-    judge = _Judge(pod, cache, nodes)
-    if nodes is None and not judge.others:
-        free, need = cache.free, pod.gpus
-        members = judge.members
-        if members is None:
-            sure = [n for n in names if free.get(n, -1) >= need]
-        else:
-            sure = [n for n in names if n in members and free.get(n, -1) >= need]
-        if len(sure) == len(names):
-            out.passed = sure
-            return out
-        sure_set = set(sure)
-        rest = [n for n in names if n not in sure_set]
-    else:
-        sure, sure_set, rest = [], set(), names
-    extra = judge.all(rest, out)
-    out.passed = ([n for n in names if n in sure_set or n in extra] if sure and extra
-                  else sure or [n for n in names if n in extra])
-    return out
-
-
-class _Judge:
-    """The full check of one node, in the order the module docstring gives."""
-
-    def __init__(self, pod: PodRequest, cache: NodeCache, nodes: Mapping[str, NodeInfo] | None) -> None:
-        self.states = cache.states
-        self.flavor = flavor = pod.flavor
-        self.members = cache.members(flavor) if flavor is not None and nodes is None else None
-        self.mismatch = flavor.mismatch_reason if flavor is not None else ""
-        self.tolerations = tolerations = pod.all_tolerations
-        self.tolerates_cordon = any(t.tolerates(UNSCHEDULABLE_TAINT) for t in tolerations)
-        self.own = cache.own_reservation(pod.uid)
-        self.own_node = self.own[0] if self.own is not None else None
-        self.need = pod.gpus
-        self.others = tuple((r, v) for r, v in pod.requests.items() if v > 0)
-        if nodes is not None:
-            label = cache.topology_label
-            self.states = {n: (self.states.get(n) or NodeState(n)).overlay(info, label) for n, info in nodes.items()}
-
-    def all(self, names: list[str], out: FilterResult) -> set[str]:
-        """Judge ``names`` into ``out``'s failures; returns the ones that pass."""
-        passed: set[str] = set()
-        failed, unresolvable = out.failed, out.unresolvable
-        for name in names:
-            reason = self.one(name)
-            if reason is None:
-                passed.add(name)
-            elif reason[1]:
-                unresolvable[name] = reason[0]
-            else:
-                failed[name] = reason[0]
-        return passed
-
-    def one(self, name: str) -> tuple[str, bool] | None:
-        """None if the pod may land here, else (reason, unresolvable)."""
-        st = self.states.get(name)
+    passed, failed, unresolvable = out.passed, out.failed, out.unresolvable
+    states = cache.states
+    flavor = pod.flavor
+    members = cache.members(flavor) if flavor is not None and nodes is None else None
+    mismatch = flavor.mismatch_reason if flavor is not None else ""
+    tolerations = pod.all_tolerations
+    tolerates_cordon = any(t.tolerates(UNSCHEDULABLE_TAINT) for t in tolerations)
+    own = cache.own_reservation(pod.uid)
+    own_node = own[0] if own is not None else None
+    need = pod.gpus
+    others = tuple((r, v) for r, v in pod.requests.items() if v > 0)
+    if nodes is not None:
+        label = cache.topology_label
+        states = {n: (states.get(n) or NodeState(n)).overlay(info, label) for n, info in nodes.items()}
+    for name in names:
+        st = states.get(name)
         if st is None or st.info is None:
-            return NOT_CACHED, False
-        if self.members is not None:
-            if name not in self.members:
-                return self.mismatch, True
-        elif self.flavor is not None and not self.flavor.matches(st.info.labels):
-            return self.mismatch, True
-        if st.unschedulable and not self.tolerates_cordon:
-            return CORDONED, True
+            failed[name] = NOT_CACHED
+            continue
+        if members is not None:
+            if name not in members:
+                unresolvable[name] = mismatch
+                continue
+        elif flavor is not None and not flavor.matches(st.info.labels):
+            unresolvable[name] = mismatch
+            continue
+        if st.unschedulable and not tolerates_cordon:
+            unresolvable[name] = CORDONED
+            continue
         if st.hard_taints:
-            taint = untolerated_taint(st.hard_taints, self.tolerations)
+            taint = untolerated_taint(st.hard_taints, tolerations)
             if taint is not None:
-                return taint_reason(taint), True
-        own = self.own if name == self.own_node else None
+                unresolvable[name] = taint_reason(taint)
+                continue
         free = st.gpus_alloc - st.gpus_used - st.gpus_reserved
-        if own is not None:
+        if name == own_node:
             free += own[1]
-        if free < self.need:
-            return gpu_shortage(max(free, 0), self.need), False
-        if self.others:
-            short = _other_shortage(self.others, st, own)
+        if free < need:
+            failed[name] = gpu_shortage(max(free, 0), need)
+            continue
+        if others:
+            short = _other_shortage(others, st, own if name == own_node else None)
             if short is not None:
-                return short, False
-        return None
+                failed[name] = short
+                continue
+        passed.append(name)
+    return out
 
 
 def _other_shortage(others, st: NodeState, own) -> str | None:

@@ -11,27 +11,22 @@ from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
 from extender.placement.score import MAX_EXTENDER_PRIORITY, rank_values
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
-from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Memo, Pod, decode, encode_host_priorities,
+from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, encode_host_priorities,
                                      filter_error, filter_result, host_priorities, preemption_result)
 
 log = logging.getLogger("gpuqueue.extender")
 
 
-_NEEDS = Memo()  # Pod (decoded once per (uid, resourceVersion)) -> (GPUs, tolerations)
-
-
 def pod_request(pod: Pod, verdict: Admitted) -> PodRequest:
-    needs = _NEEDS.get(id(pod))
-    if needs is None or needs[0] is not pod:
-        try:
-            spec = pod_spec(pod.spec)
-        except InvalidObject as exc:
-            raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
-        gpus, _ = pod_gpus(spec)
-        needs = _NEEDS.put(id(pod), (pod, gpus, tuple(t.to_spec() for t in spec.tolerations)))
+    try:
+        spec = pod_spec(pod.spec)
+    except InvalidObject as exc:
+        raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
+    gpus, _ = pod_gpus(spec)
     # Only GPUs are judged here: cpu, memory and the rest are kube-scheduler's own fit check,
     # whose cache of them is the authoritative one (the simulator's place() checks them all).
-    return PodRequest(pod.metadata.uid or "", needs[1], {}, needs[2], verdict.flavor, verdict.job_key)
+    return PodRequest(pod.metadata.uid or "", gpus, {}, tuple(t.to_spec() for t in spec.tolerations),
+                      verdict.flavor, verdict.job_key)
 
 
 def _candidates(args: ExtenderArgs) -> tuple[list[str], dict[str, NodeInfo] | None, dict[str, dict] | None]:

@@ -72,63 +72,10 @@ def decode(body: bytes, model: type[_Wire]) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise BadRequest(f"{model.__name__} must be a JSON object, got {_json_type(raw)}")
-    if model is ExtenderArgs:
-        args = _extender_args_fast(raw)
-        if args is not None:
-            return args
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise BadRequest(f"invalid {model.__name__}: {describe(exc)}") from None
-
-
-class Memo(dict):
-    """A dict that forgets its oldest entries past ``size``: per-pod work shared by the
-    /filter and /prioritize calls kube-scheduler makes for one scheduling attempt."""
-
-    def __init__(self, size: int = 512) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key, value):
-        if len(self) >= self.size:
-            for old in list(self)[: self.size // 4]:
-                del self[old]
-        self[key] = value
-        return value
-
-
-# Where to look a pod up; its JSON is compared too, so an edited pod is never mistaken for the old one.
-def pod_key(raw_pod: Any) -> tuple[str, str] | None:
-    meta = raw_pod.get("metadata") if type(raw_pod) is dict else None
-    if type(meta) is not dict:
-        return None
-    uid, rv = meta.get("uid"), meta.get("resourceVersion")
-    return (uid, rv) if type(uid) is str and type(rv) is str and uid and rv else None
-
-
-_PODS = Memo()
-
-
-def _extender_args_fast(raw: dict) -> ExtenderArgs | None:
-    """The common request (NodeNames, a pod seen at /filter moments ago) without pydantic
-    walking 500 names and the pod again; None sends anything else to full validation."""
-    names = raw.get("NodeNames")
-    if raw.get("Nodes") is not None or type(names) is not list or not set(map(type, names)) <= {str}:
-        return None
-    raw_pod = raw.get("Pod")
-    key = pod_key(raw_pod)
-    if key is None:
-        return None
-    seen = _PODS.get(key)
-    if seen is not None and seen[0] == raw_pod:  # the same bytes' worth: one C-level compare
-        pod = seen[1]
-    else:
-        try:
-            pod = _PODS.put(key, (raw_pod, Pod.model_validate(raw_pod)))[1]
-        except ValidationError:
-            return None  # full validation names the problem
-    return ExtenderArgs.model_construct(Pod=pod, Nodes=None, NodeNames=names)
 
 
 def _json_type(v: Any) -> str:
