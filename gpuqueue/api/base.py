@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
@@ -11,7 +12,15 @@ from gpuqueue.api import scheduling
 from gpuqueue.api.quantity import Quantity
 
 
+@lru_cache(maxsize=4096, typed=True)  # typed: True must not come back as the quantity 1
+def _parse_cached(raw: str | int) -> Quantity:
+    return Quantity.parse(raw)
+
+
 def _parse_quantity(raw: Any) -> Quantity:
+    # Requests repeat the same few strings ("1", "4Gi"); Fraction arithmetic is the slow part.
+    if type(raw) in (str, int, bool):
+        return _parse_cached(raw)
     return Quantity.parse(raw)
 
 
