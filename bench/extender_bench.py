@@ -7,7 +7,9 @@ then POST /prioritize with the nodes that passed, as kube-scheduler does.
 
 The server runs in its own process (one core); the baseline is a bare aiohttp handler in that
 same server answering the same bodies with a constant, so the ratio is what our logic costs on
-top of HTTP. Also reports the verbs called in-process (no HTTP), and server CPU per pod.
+top of HTTP. Also reports the verbs called in-process (no HTTP), and server CPU per pod. Every
+attempt carries its own pod uid and resourceVersion, so what the extender memoizes per pod helps
+only within one attempt (its /filter then /prioritize), as with kube-scheduler.
 
     python bench/extender_bench.py [--pods 3000] [--concurrency 4]
 """
@@ -102,6 +104,13 @@ def request_bodies(seed: int = 2) -> list[tuple[bytes, list[str]]]:
     return out
 
 
+def attempt(body: bytes, k: int, i: int) -> bytes:
+    """Pod ``k``'s body as the ``i``-th scheduling attempt: a uid and resourceVersion of its own,
+    so nothing the extender remembers per pod carries over from one attempt to the next."""
+    return body.replace(b'"uid":"uid-%05d"' % k, b'"uid":"uid-%05d-%d"' % (k, i)).replace(
+        b'"resourceVersion":"', b'"resourceVersion":"%d' % i, 1)
+
+
 def prioritize_body(filter_body: bytes, names: list[str]) -> bytes:
     d = orjson.loads(filter_body)
     d["NodeNames"] = names
@@ -181,7 +190,7 @@ async def run_load(base: str, prefix: str, bodies, pods: int, concurrency: int, 
         async def worker():
             for i in counter:
                 k = i % len(bodies)
-                fbody, names = bodies[k]
+                fbody = attempt(bodies[k][0], k, i)
                 t0 = time.perf_counter()
                 async with s.post(f"{base}{prefix}/filter", data=fbody, headers=headers) as r:
                     res = orjson.loads(await r.read())
@@ -189,7 +198,7 @@ async def run_load(base: str, prefix: str, bodies, pods: int, concurrency: int, 
                 if prio_bodies is None:
                     pbody = prioritize_body(fbody, res["NodeNames"])
                 else:
-                    pbody = prio_bodies[k]
+                    pbody = attempt(prio_bodies[k], k, i)
                 t2 = time.perf_counter()
                 async with s.post(f"{base}{prefix}/prioritize", data=pbody, headers=headers) as r:
                     await r.read()
@@ -212,7 +221,8 @@ def in_process(bodies, pods: int) -> list[float]:
     view = build_view()
     out = []
     for i in range(pods):
-        fbody, _ = bodies[i % len(bodies)]
+        k = i % len(bodies)
+        fbody = attempt(bodies[k][0], k, i)
         t0 = time.perf_counter()
         res = filter_verb(fbody, view)
         prioritize_verb(prioritize_body(fbody, res["NodeNames"]), view)

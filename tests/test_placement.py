@@ -9,7 +9,10 @@ from extender.placement import (FlavorSelector, NodeCache, NodeInfo, NodeVictims
                                 Toleration, cache_of, extender_score, filter_nodes, place, rank_nodes,
                                 score_nodes, summarize, veto)
 from extender.placement.score import MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_NODE_BONUS
-from extender.placement.kube import PodSpec, job_key, node_info_from_dict, pod_requests, ObjectMeta
+from extender.placement.kube import job_key, node_info_from_dict
+from gpuqueue.api.base import ObjectMeta
+from gpuqueue.api.core import PodSpec
+from gpuqueue.api.podrequests import engine_pod_requests
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -246,7 +249,7 @@ def test_pod_requests_follow_kube_scheduler_arithmetic():
                            {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}],
         "overhead": {"cpu": "50m"},
     })
-    assert pod_requests(spec) == {"nvidia.com/gpu": 3, "cpu": 4050, "memory": 1 << 30}
+    assert engine_pod_requests(spec) == {"nvidia.com/gpu": 3, "cpu": 4050, "memory": 1 << 30}
 
 
 def test_node_from_kubernetes_object_and_job_key():
@@ -262,3 +265,35 @@ def test_node_from_kubernetes_object_and_job_key():
     assert job_key(owned) == "team-a/train"
     assert job_key(ObjectMeta.model_validate({"namespace": "ns", "labels": {"job-name": "j"}})) == "ns/j"
     assert job_key(ObjectMeta.model_validate({"namespace": "ns"})) is None
+
+
+def test_engine_flavor_check_and_placement_share_one_toleration_rule():
+    """A ResourceFlavor's nodeTaints against a pod template's tolerations: the quota engine's
+    flavor check and placement's node filter give the same verdict, from the same rules."""
+    from extender.quota.convert import flavor_spec, pod_set_from_template
+    from extender.quota.flavorassigner import FlavorAssigner
+    from gpuqueue.api.core import PodTemplateSpec
+    from gpuqueue.api.kueue import ResourceFlavor
+
+    rf = ResourceFlavor.model_validate({"metadata": {"name": "gh200"}, "spec": {
+        "nodeLabels": GH200, "nodeTaints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}})
+    flavor = flavor_spec(rf)
+    assigner = FlavorAssigner(None, None, {"gh200": flavor}, None)
+    node = NodeInfo("gh200-node-1", GH200, flavor.node_taints, allocatable={"nvidia.com/gpu": 4})
+
+    def template(tolerations):
+        return PodTemplateSpec.model_validate({"spec": {"containers": [{"name": "c"}], "tolerations": tolerations}})
+
+    for tolerations, ok in (([], False),
+                            ([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}], False),
+                            ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], True),
+                            ([{"operator": "Exists"}], True)):
+        ps = pod_set_from_template("main", 1, template(tolerations))
+        engine = assigner._check_flavor("gh200", ps)
+        placed = filter_nodes(gpu_pod("p", 1, tolerations=ps.tolerations), [node.name], cache_of([node]))
+        if ok:
+            assert engine is None and placed.passed == [node.name]
+        else:
+            assert engine == "untolerated taint nvidia.com/gpu=present:NoSchedule in flavor gh200"
+            assert placed.unresolvable == {
+                node.name: "node has taint nvidia.com/gpu=present:NoSchedule that the pod does not tolerate"}

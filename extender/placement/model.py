@@ -1,61 +1,16 @@
-"""What placement reasons about: nodes, taints, tolerations, the flavor a pod was admitted to,
-and what one pod asks for. Plain frozen data; parsing from Kubernetes JSON is in ``kube.py``."""
+"""What placement reasons about: nodes, the flavor a pod was admitted to, and what one pod asks
+for. Plain frozen data; taints and tolerations are ``gpuqueue.api.scheduling``'s (shared with
+the quota engine); conversion from Kubernetes objects is in ``kube.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from gpuqueue.api.scheduling import (HARD_EFFECTS, UNSCHEDULABLE_TAINT, Taint, Toleration,  # noqa: F401
+                                     untolerated_taint)
+
 GPU_RESOURCE = "nvidia.com/gpu"
-
-NO_SCHEDULE = "NoSchedule"
-PREFER_NO_SCHEDULE = "PreferNoSchedule"
-NO_EXECUTE = "NoExecute"
-# The effects kube-scheduler's TaintToleration filter looks at; PreferNoSchedule only scores.
-HARD_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = NO_SCHEDULE
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str = ""
-    operator: str = ""  # "" means Equal, as in Kubernetes
-    value: str = ""
-    effect: str = ""  # "" matches every effect
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Kubernetes' Toleration.ToleratesTaint, rule for rule."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator in ("", "Equal"):
-            return self.value == taint.value
-        if self.operator == "Exists":
-            return True
-        return False
-
-
-def untolerated_taint(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
-    """The first NoSchedule/NoExecute taint no toleration matches, or None."""
-    for taint in taints:
-        if taint.effect not in HARD_EFFECTS:
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            return taint
-    return None
-
-
-UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", NO_SCHEDULE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuqueue.api import core, kueue
-from gpuqueue.api.podrequests import pod_requests
+from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
 from extender.quota.model import (
     ClusterQueueSpec,
@@ -48,8 +48,8 @@ def flavor_spec(obj: kueue.ResourceFlavor) -> FlavorSpec:
     return FlavorSpec(
         name=obj.metadata.name or "",
         node_labels=tuple(sorted(s.node_labels.items())),
-        node_taints=tuple(s.node_taints),
-        tolerations=tuple(s.tolerations),
+        node_taints=tuple(t.to_spec() for t in s.node_taints),
+        tolerations=tuple(t.to_spec() for t in s.tolerations),
     )
 
 
@@ -149,7 +149,7 @@ def pod_set_from_template(name: str, count: int, template: core.PodTemplateSpec)
 
 def _pod_set(name: str, count: int, template: core.PodTemplateSpec) -> PodSetSpec:
     spec = template.spec
-    per_pod = {r: to_engine_int(r, q) for r, q in pod_requests(spec).items()}
+    per_pod = engine_pod_requests(spec)
     terms: list[tuple[tuple[str, str, tuple[str, ...]], ...]] = []
     na = spec.affinity.node_affinity if spec.affinity else None
     if na and na.required_during_scheduling_ignored_during_execution:
@@ -159,7 +159,7 @@ def _pod_set(name: str, count: int, template: core.PodTemplateSpec) -> PodSetSpe
         name=name,
         count=count,
         per_pod=per_pod,
-        tolerations=tuple(spec.tolerations),
+        tolerations=tuple(t.to_spec() for t in spec.tolerations),
         node_selector=tuple(sorted(spec.node_selector.items())),
         affinity_terms=tuple(terms),
     )

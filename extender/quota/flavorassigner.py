@@ -13,7 +13,7 @@ from typing import Callable
 
 from extender.quota.model import ClusterQueueSpec, FlavorResource, FlavorSpec, PodSetSpec, WorkloadSpec
 from extender.quota.tree import QuotaNode
-from gpuqueue.api.base import untolerated_taint
+from gpuqueue.api.scheduling import untolerated_taint
 from gpuqueue.api.quantity import format_engine_int
 
 # Assignment modes, worst to best.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from gpuqueue.api.base import Taint, Toleration
+from gpuqueue.api.scheduling import Taint, Toleration
 
 FlavorResource = tuple[str, str]  # (flavor, resource)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Callable
 
 from extender.placement.cache import NodeCache
-from extender.placement.kube import ObjectMeta, job_key
+from gpuqueue.api.base import ObjectMeta
+
+from extender.placement.kube import job_key
 from extender.placement.model import FlavorSelector
 from extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
 

@@ -5,30 +5,27 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import ValidationError
-
 from extender.placement.filter import filter_nodes
-from extender.placement.kube import InvalidObject, Node, Pod, node_info, pod_requests, split_gpus, tolerations
+from extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
 from extender.placement.score import MAX_EXTENDER_PRIORITY, rank_values
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
-from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, decode, describe,
-                                     filter_error,
-                                     encode_host_priorities, filter_result, host_priorities, preemption_result)
+from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, encode_host_priorities,
+                                     filter_error, filter_result, host_priorities, preemption_result)
 
 log = logging.getLogger("gpuqueue.extender")
 
 
 def pod_request(pod: Pod, verdict: Admitted) -> PodRequest:
     try:
-        requests = pod_requests(pod.spec)
+        spec = pod_spec(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
-    gpus, _ = split_gpus(requests)
+    gpus, _ = pod_gpus(spec)
     # Only GPUs are judged here: cpu, memory and the rest are kube-scheduler's own fit check,
     # whose cache of them is the authoritative one (the simulator's place() checks them all).
-    return PodRequest(pod.metadata.uid, gpus, {}, tolerations(pod.spec.tolerations),
+    return PodRequest(pod.metadata.uid or "", gpus, {}, tuple(t.to_spec() for t in spec.tolerations),
                       verdict.flavor, verdict.job_key)
 
 
@@ -39,9 +36,7 @@ def _candidates(args: ExtenderArgs) -> tuple[list[str], dict[str, NodeInfo] | No
         raws: dict[str, dict] = {}
         for i, raw in enumerate(args.Nodes.items or ()):
             try:
-                info = node_info(Node.model_validate(raw))
-            except ValidationError as exc:
-                raise BadRequest(f"Nodes.items[{i}]: {describe(exc)}") from None
+                info = node_info_from_dict(raw)
             except InvalidObject as exc:
                 raise BadRequest(f"Nodes.items[{i}]: {exc}") from None
             infos[info.name] = info
@@ -53,7 +48,7 @@ def _candidates(args: ExtenderArgs) -> tuple[list[str], dict[str, NodeInfo] | No
 
 
 def _name(pod: Pod) -> str:
-    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+    return f"{pod.metadata.namespace or ''}/{pod.metadata.name or ''}"
 
 
 def filter_verb(body: bytes, view: ClusterView) -> dict:
@@ -115,7 +110,7 @@ def preempt_verb(body: bytes, view: ClusterView) -> dict:
     proposed: dict[str, NodeVictims[tuple[str, PodRef | None]]] = {}
     if args.NodeNameToVictims is not None:
         for node, v in args.NodeNameToVictims.items():
-            pods = tuple((p.metadata.uid, p.metadata) for p in v.Pods or ())
+            pods = tuple((p.metadata.uid or "", p.metadata) for p in v.Pods or ())
             proposed[node] = NodeVictims(pods, v.NumPDBViolations)
     elif args.NodeNameToMetaVictims is not None:
         for node, v in args.NodeNameToMetaVictims.items():

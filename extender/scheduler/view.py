@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Union
 
+from gpuqueue.api.base import ObjectMeta
+
 from extender.placement.cache import NodeCache
-from extender.placement.kube import ObjectMeta
 from extender.placement.model import FlavorSelector
 
 PodRef = ObjectMeta  # a pod's identity: namespace, name, uid, labels, ownerReferences

@@ -9,13 +9,24 @@ import re
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from extender.placement.kube import Pod
+from gpuqueue.api.base import ObjectMeta
+
+from extender.placement.kube import describe
 
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class Pod(_Wire):
+    """A pod as the extender reads it: metadata always; ``spec`` stays JSON until the pod turns
+    out to be an admitted Workload's (``extender.placement.kube.pod_spec``), so a pod gpuqueue
+    does not manage is never refused for a field the extender has no business reading."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: dict[str, Any] | None = None
 
 
 class NodeList(_Wire):
@@ -65,15 +76,6 @@ def decode(body: bytes, model: type[_Wire]) -> Any:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise BadRequest(f"invalid {model.__name__}: {describe(exc)}") from None
-
-
-def describe(exc: ValidationError, limit: int = 3) -> str:
-    parts = []
-    for err in exc.errors()[:limit]:
-        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
-        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
-    more = exc.error_count() - limit
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def _json_type(v: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from extender.placement.cache import NodeCache
-from extender.placement.kube import node_info_from_dict
+from extender.placement.kube import node_info
 from extender.placement.model import GPU_RESOURCE, FlavorSelector, PodRequest, Toleration
 from extender.placement.place import place
 from extender.quota.engine import QuotaEngine
@@ -20,10 +20,6 @@ class PlacementResult:
     message: str | None = None
 
 
-def _toleration(t) -> Toleration:
-    return Toleration(t.key or "", t.operator or "", t.value or "", t.effect or "")
-
-
 class NodePlacer:
     def __init__(self) -> None:
         # The simulator binds pods at once: nothing is ever in flight long enough to expire.
@@ -31,7 +27,7 @@ class NodePlacer:
         self.placed: dict[str, list[str]] = {}
 
     def set_node(self, node: core.Node) -> None:
-        self.cache.upsert_node(node_info_from_dict(node.to_dict()))
+        self.cache.upsert_node(node_info(node))
 
     def remove_node(self, name: str) -> None:
         self.cache.remove_node(name)
@@ -48,11 +44,11 @@ class NodePlacer:
                 spec = engine.state.flavors.get(name)
                 if spec is not None:
                     labels.update(dict(spec.node_labels))
-                    flavor_tolerations.extend(_toleration(t) for t in spec.tolerations)
+                    flavor_tolerations.extend(spec.tolerations)
             selector = FlavorSelector.of("+".join(flavor_names), labels, tuple(flavor_tolerations))
             per_pod = dict(ps.per_pod)
             gpus = per_pod.pop(GPU_RESOURCE, 0)
-            pod = PodRequest(f"{key}/{ps.name}", gpus, per_pod, tuple(_toleration(t) for t in ps.tolerations), selector, key)
+            pod = PodRequest(f"{key}/{ps.name}", gpus, per_pod, ps.tolerations, selector, key)
             result = place(pod, ps.count, self.cache)
             if result.unschedulable:
                 for uid in uids:

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 from pydantic.alias_generators import to_camel
 
+from gpuqueue.api import scheduling
 from gpuqueue.api.quantity import Quantity
 
 
+@lru_cache(maxsize=4096, typed=True)  # typed: True must not come back as the quantity 1
+def _parse_cached(raw: str | int) -> Quantity:
+    return Quantity.parse(raw)
+
+
 def _parse_quantity(raw: Any) -> Quantity:
+    # Requests repeat the same few strings ("1", "4Gi"); Fraction arithmetic is the slow part.
+    if type(raw) in (str, int, bool):
+        return _parse_cached(raw)
     return Quantity.parse(raw)
 
 
@@ -47,12 +57,13 @@ class ObjectMeta(KubeModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list)
 
-    def __init__(self, **data: Any) -> None:
+    @field_validator("labels", "annotations", "owner_references", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v: Any, info: Any) -> Any:
         # `labels: null` is valid YAML/JSON and means no labels.
-        for key in ("labels", "annotations", "ownerReferences", "owner_references"):
-            if key in data and data[key] is None:
-                data.pop(key)
-        super().__init__(**data)
+        if v is None:
+            return [] if info.field_name == "owner_references" else {}
+        return v
 
 
 class LabelSelectorRequirement(KubeModel):
@@ -71,9 +82,11 @@ class Taint(KubeModel):
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
+    def to_spec(self) -> scheduling.Taint:
+        return scheduling.Taint(self.key, self.value or "", self.effect)
+
     def __str__(self) -> str:
-        # apimachinery's Taint.ToString: key=value:effect, or key:effect without a value
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return str(self.to_spec())
 
 
 class Toleration(KubeModel):
@@ -83,25 +96,6 @@ class Toleration(KubeModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
 
-    def tolerates(self, taint: Taint) -> bool:
-        """core/v1 Toleration.ToleratesTaint."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        op = self.operator or "Equal"
-        if op == "Exists":
-            return True
-        if not self.key:  # an empty key is only valid with Exists
-            return False
-        return (self.value or "") == (taint.value or "")
-
-
-def untolerated_taint(taints: list[Taint], tolerations: list[Toleration]) -> Taint | None:
-    """First NoSchedule/NoExecute taint no toleration covers (kube's FindMatchingUntoleratedTaint)."""
-    for taint in taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            return taint
-    return None
+    def to_spec(self) -> scheduling.Toleration:
+        """The matching rules live in ``gpuqueue.api.scheduling``."""
+        return scheduling.Toleration(self.key or "", self.operator or "", self.value or "", self.effect or "")

@@ -138,6 +138,19 @@ class Node(KubeModel):
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 
+class PodStatus(KubeModel):
+    phase: str | None = None
+    nominated_node_name: str | None = None
+
+
+class Pod(KubeModel):
+    api_version: str = "v1"
+    kind: Literal["Pod"] = "Pod"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+
 class PriorityClass(KubeModel):
     api_version: str = "scheduling.k8s.io/v1"
     kind: Literal["PriorityClass"] = "PriorityClass"
@@ -153,7 +166,9 @@ __all__ = [
     "LabelSelector",
     "Namespace",
     "Node",
+    "Pod",
     "PodSpec",
+    "PodStatus",
     "PodTemplateSpec",
     "PriorityClass",
 ]

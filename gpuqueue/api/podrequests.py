@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuqueue.api.core import PodSpec
-from gpuqueue.api.quantity import Quantity
+from gpuqueue.api.quantity import Quantity, to_engine_int
 
 
 def _add(into: dict[str, Quantity], more: dict[str, Quantity]) -> None:
@@ -39,3 +39,8 @@ def pod_requests(spec: PodSpec) -> dict[str, Quantity]:
     _max(total, init_peak)
     _add(total, spec.overhead)
     return {name: q for name, q in total.items()}
+
+
+def engine_pod_requests(spec: PodSpec) -> dict[str, int]:
+    """``pod_requests`` in Kueue's integer units (milli-cpu, whole units of the rest)."""
+    return {name: to_engine_int(name, q) for name, q in pod_requests(spec).items()}
