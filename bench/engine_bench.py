@@ -1,6 +1,7 @@
 """Cost of one admission pass of the quota engine (not run by the test suite).
 
     python bench/engine_bench.py [--runs 5] [--pending 10000] [--queues 100] [--cohorts 10]
+    python bench/engine_bench.py --latency   # issue 8: per-admission and preemption-search latency
 
 Builds `queues` ClusterQueues in `cohorts` cohorts (each with a nominal GPU quota, borrowing
 allowed, reclaimWithinCohort Any, withinClusterQueue LowerPriority, as Kueue's benchmark
@@ -88,5 +89,82 @@ def main() -> None:
     print(f"  fair sharing on / off, first pass: {on['first'] / off['first']:.2f}x")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--latency" not in sys.argv:
     main()
+
+
+# -- issue 8's two latency targets -------------------------------------------------------------
+
+def admission_latencies(pending: int, queues: int, cohorts: int, fair: bool) -> list[float]:
+    """Seconds between consecutive admissions in one pass (what each admitted workload cost,
+    including the evaluations of those that did not fit in between)."""
+    engine = build(pending, queues, cohorts, fair, seed=7)
+    stamps: list[float] = []
+    admit = engine._admit
+
+    def timed_admit(*a, **k):
+        stamps.append(time.perf_counter())
+        return admit(*a, **k)
+
+    engine._admit = timed_admit
+    start = time.perf_counter()
+    engine.schedule(0.0)
+    prev, out = start, []
+    for t in stamps:
+        out.append(t - prev)
+        prev = t
+    return out
+
+
+def preemption_search_latencies(admitted: int, searches: int) -> list[float]:
+    """A cohort of 10 ClusterQueues holding `admitted` small borrowing workloads; each search
+    is a high-priority workload of a queue under its nominal quota reclaiming its GPUs."""
+    engine = QuotaEngine()
+    engine.set_flavor(FlavorSpec("gh200"))
+    per_cq = admitted // 10
+    for i in range(10):
+        engine.set_cluster_queue(ClusterQueueSpec(
+            name=f"cq-{i}", cohort="big",
+            resource_groups=(ResourceGroupSpec((GPU,), ("gh200",)),),
+            quotas={("gh200", GPU): Quota(per_cq if i < 9 else 0)},
+            namespace_selector={},
+            preemption=PreemptionSpec(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority"),
+        ))
+        engine.set_local_queue(LocalQueueSpec(f"ns-{i}", "lq", f"cq-{i}"))
+    # the borrowing-only queue takes the idle quota of queues 5..8
+    for n in range(per_cq * 4):
+        engine.submit(WorkloadSpec(key=f"ns-9/b-{n}", namespace="ns-9", queue_name="lq",
+                                   pod_sets=(PodSetSpec("main", 1, {GPU: 1}),), created=float(n)))
+    for i in range(5):
+        for n in range(per_cq):
+            engine.submit(WorkloadSpec(key=f"ns-{i}/w-{n}", namespace=f"ns-{i}", queue_name="lq",
+                                       pod_sets=(PodSetSpec("main", 1, {GPU: 1}),), created=float(n)))
+    engine.schedule(0.0)
+    out = []
+    for s in range(searches):
+        i = 5 + s % 4
+        wl = WorkloadSpec(key=f"ns-{i}/reclaim-{s}", namespace=f"ns-{i}", queue_name="lq",
+                          pod_sets=(PodSetSpec("main", 1, {GPU: 8}),), priority=1000, created=1e6 + s)
+        t0 = time.perf_counter()
+        targets = engine.preemptor.get_targets(wl, f"cq-{i}", {("gh200", GPU): 8}, {("gh200", GPU)})
+        out.append(time.perf_counter() - t0)
+        assert len(targets) == 8, len(targets)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def latency_main() -> None:
+    lat = admission_latencies(50_000, 1_000, 10, fair=False)
+    print(f"50,000 pending over 1,000 ClusterQueues: {len(lat)} admitted in one pass; per admitted workload "
+          f"p50 {pct(lat, .5) * 1000:.2f} ms, p99 {pct(lat, .99) * 1000:.2f} ms")
+    lat = preemption_search_latencies(10_000, 200)
+    print(f"preemption search, cohort with 10,000 admitted workloads: p50 {pct(lat, .5) * 1000:.2f} ms, "
+          f"p99 {pct(lat, .99) * 1000:.2f} ms")
+
+
+if __name__ == "__main__" and "--latency" in sys.argv:
+    latency_main()
