@@ -10,7 +10,8 @@ admitted) until the workload fits, then the set is shrunk back to a minimal one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+import heapq
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from extender.quota import flavorassigner as fa
 from extender.quota.model import FlavorResource, WorkloadSpec
@@ -53,18 +54,9 @@ def workload_fits(state: "ClusterState", cq: str, request: dict[FlavorResource, 
     return True
 
 
-def candidate_order_key(preemptor_cq: str):
-    """Evicting first, other ClusterQueues first, lowest priority, most recently admitted."""
-
-    def key(w: "AdmittedWorkload"):
-        return (
-            0 if w.evicting else 1,
-            0 if w.admission.cluster_queue != preemptor_cq else 1,
-            w.spec.priority,
-            (-w.admitted_at[0], -w.admitted_at[1]),
-        )
-
-    return key
+def _recency_key(w: "AdmittedWorkload") -> tuple:
+    """Lowest priority first, then most recently admitted first."""
+    return (w.spec.priority, -w.admitted_at[0], -w.admitted_at[1])
 
 
 class ClassicalPreemptor:
@@ -76,33 +68,49 @@ class ClassicalPreemptor:
         self.now = 0.0
 
     # -- candidates -------------------------------------------------------------
-    def find_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> list["AdmittedWorkload"]:
+    def _own_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
+        """withinClusterQueue: lower priority (or, for LowerOrNewerEqualPriority, equal and
+        newer), in order."""
+        policy = self.state.cq_specs[cq_name].preemption.within_cluster_queue
+        if policy == "Never":
+            return
+        same = wl.priority if policy == "LowerOrNewerEqualPriority" else None
+        for cand in self.state.most_recent_first(cq_name, below=wl.priority, at=same):
+            if cand.spec.priority == wl.priority and not wl_before(wl, cand):
+                continue
+            if uses_resources(cand, frs):
+                yield cand
+
+    def _cohort_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
+        """reclaimWithinCohort: workloads of the other ClusterQueues of the cohort tree that
+        borrow, merged in order (lowest priority, most recently admitted first)."""
         state = self.state
-        spec = state.cq_specs[cq_name]
         node = state.cq_nodes[cq_name]
-        policy = spec.preemption
-        out: list[AdmittedWorkload] = []
-        if policy.within_cluster_queue != "Never":
-            consider_same = policy.within_cluster_queue == "LowerOrNewerEqualPriority"
-            for cand in state.admitted_in(cq_name):
-                if cand.spec.priority > wl.priority:
-                    continue
-                if cand.spec.priority == wl.priority and not (consider_same and wl_before(wl, cand)):
-                    continue
-                if uses_resources(cand, frs):
-                    out.append(cand)
-        if node.parent is not None and policy.reclaim_within_cohort != "Never":
-            only_lower = policy.reclaim_within_cohort != "Any"
-            for other in node.root().cluster_queues():
-                if other is node or not cq_is_borrowing(other, frs):
-                    continue
-                for cand in state.admitted_in(other.name):
-                    if only_lower and cand.spec.priority >= wl.priority:
-                        continue
-                    if uses_resources(cand, frs):
-                        out.append(cand)
-        out.sort(key=candidate_order_key(cq_name))
-        return out
+        policy = state.cq_specs[cq_name].preemption.reclaim_within_cohort
+        if node.parent is None or policy == "Never":
+            return
+        below = wl.priority if policy != "Any" else None
+        streams = []
+        for other in node.root().cluster_queues():
+            if other is node or not cq_is_borrowing(other, frs):
+                continue
+            if below is None:
+                stream = state.most_recent_first(other.name)
+            else:
+                stream = state.most_recent_first(other.name, below=below)
+            streams.append(c for c in stream if uses_resources(c, frs))
+        if len(streams) == 1:
+            yield from streams[0]
+        else:
+            yield from heapq.merge(*streams, key=_recency_key)
+
+    def candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
+        """All candidates in Kueue's order: other ClusterQueues first, then the preemptor's own."""
+        yield from self._cohort_candidates(wl, cq_name, frs)
+        yield from self._own_candidates(wl, cq_name, frs)
+
+    def find_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> list["AdmittedWorkload"]:
+        return list(self.candidates(wl, cq_name, frs))
 
     # -- targets --------------------------------------------------------------------
     def get_targets(
@@ -110,36 +118,40 @@ class ClassicalPreemptor:
     ) -> list[Target]:
         if self.fair is not None:
             return self.fair.targets(self.state, self, wl, cq_name, request, frs, self.now)
-        candidates = self.find_candidates(wl, cq_name, frs)
-        if not candidates:
-            return []
+        cohort = self._cohort_candidates(wl, cq_name, frs)
+        first = next(cohort, None)
+        if first is None:
+            # only the preemptor's own queue has candidates: borrowing is allowed
+            return self.minimal_preemptions(cq_name, request, frs, self._own_candidates(wl, cq_name, frs), True, None)
         node = self.state.cq_nodes[cq_name]
-        same_queue = [c for c in candidates if c.admission.cluster_queue == cq_name]
-        if len(same_queue) == len(candidates):
-            return self.minimal_preemptions(cq_name, request, frs, candidates, True, None)
         spec = self.state.cq_specs[cq_name]
+
+        def everything():
+            yield first
+            yield from cohort
+            yield from self._own_candidates(wl, cq_name, frs)
+
         if spec.preemption.borrow_within_cohort != "Never":
             threshold = wl.priority
             mpt = spec.preemption.max_priority_threshold
             if mpt is not None and mpt < threshold:
                 threshold = mpt + 1
+            cands = everything()
             if not queue_under_nominal(node, frs):
-                candidates = [
-                    c for c in candidates if c.admission.cluster_queue == cq_name or c.spec.priority < threshold
-                ]
-            return self.minimal_preemptions(cq_name, request, frs, candidates, True, threshold)
+                cands = (c for c in cands if c.admission.cluster_queue == cq_name or c.spec.priority < threshold)
+            return self.minimal_preemptions(cq_name, request, frs, cands, True, threshold)
         if queue_under_nominal(node, frs):
-            targets = self.minimal_preemptions(cq_name, request, frs, candidates, False, None)
+            targets = self.minimal_preemptions(cq_name, request, frs, everything(), False, None)
             if targets:
                 return targets
-        return self.minimal_preemptions(cq_name, request, frs, same_queue, True, None)
+        return self.minimal_preemptions(cq_name, request, frs, self._own_candidates(wl, cq_name, frs), True, None)
 
     def minimal_preemptions(
         self,
         cq_name: str,
         request: dict[FlavorResource, int],
         frs: set[FlavorResource],
-        candidates: list["AdmittedWorkload"],
+        candidates: Iterable["AdmittedWorkload"],
         allow_borrowing: bool,
         borrow_below_priority: int | None,
     ) -> list[Target]:

@@ -15,7 +15,6 @@ class AdmittedWorkload:
     admission: Admission
     admitted_at: tuple[float, int]  # (time, admission counter): later is more recent
     queue_ts: tuple[float, int]
-    evicting: bool = False
 
 
 @dataclass(slots=True)
@@ -43,6 +42,9 @@ class ClusterState:
     cohort_nodes: dict[str, QuotaNode] = field(default_factory=dict)
     admitted: dict[str, AdmittedWorkload] = field(default_factory=dict)
     admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = field(default_factory=dict)
+    # per ClusterQueue and priority, in admission order: preemption candidates come out of
+    # these already in Kueue's order (lowest priority, most recently admitted first)
+    admitted_by_priority: dict[str, dict[int, dict[str, AdmittedWorkload]]] = field(default_factory=dict)
     cycle_cohorts: set[str] = field(default_factory=set)
 
     # -- workloads holding quota -------------------------------------------------------
@@ -62,15 +64,41 @@ class ClusterState:
                 node.remove_usage(fr, v)
 
     def hold(self, w: AdmittedWorkload) -> None:
+        cq = w.admission.cluster_queue
         self.admitted[w.spec.key] = w
-        self.admitted_by_cq.setdefault(w.admission.cluster_queue, {})[w.spec.key] = w
+        self.admitted_by_cq.setdefault(cq, {})[w.spec.key] = w
+        level = self.admitted_by_priority.setdefault(cq, {}).setdefault(w.spec.priority, {})
+        level[w.spec.key] = w
+        if len(level) > 1 and next(reversed(level.values())) is w:
+            last = list(level.values())[-2]
+            if last.admitted_at > w.admitted_at:  # restored out of order: keep admission order
+                ordered = sorted(level.values(), key=lambda x: x.admitted_at)
+                level.clear()
+                level.update((x.spec.key, x) for x in ordered)
         self.add_usage(w)
+
+    def most_recent_first(self, cq: str, below: int | None = None, at: int | None = None):
+        """Admitted workloads of `cq` with priority < `below` (and those at priority `at`),
+        lowest priority first, most recently admitted first within a priority."""
+        levels = self.admitted_by_priority.get(cq)
+        if not levels:
+            return
+        for prio in sorted(levels):
+            if (below is not None and prio < below) or prio == at or (below is None and at is None):
+                yield from reversed(levels[prio].values())
 
     def release(self, key: str) -> AdmittedWorkload | None:
         w = self.admitted.pop(key, None)
         if w is None:
             return None
-        self.admitted_by_cq.get(w.admission.cluster_queue, {}).pop(key, None)
+        cq = w.admission.cluster_queue
+        self.admitted_by_cq.get(cq, {}).pop(key, None)
+        levels = self.admitted_by_priority.get(cq, {})
+        level = levels.get(w.spec.priority)
+        if level is not None:
+            level.pop(key, None)
+            if not level:
+                del levels[w.spec.priority]
         self.remove_usage(w)
         return w
 
