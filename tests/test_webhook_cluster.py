@@ -8,7 +8,9 @@ import json
 import logging
 from pathlib import Path
 
-from tests.webhook_support import client_context, decode_patch, load_review, make_cert_dir, wire
+from tests.webhook_support import (
+    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
+)
 from webhook.cluster import ClusterView
 from webhook.command import serve
 from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
@@ -222,3 +224,13 @@ async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_p
         stop.set()
         await task
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_calls_are_exactly_those_declared_for_the_webhook(api, watched):
+    api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
+    api.drop_watches()
+    api.compact()  # re-watches and a relist too: still only list and watch
+    await eventually(lambda: all(inf.watch_starts >= 2 for inf in watched.sources))
+    await eventually(lambda: api.open_watches == 4)
+    assert max(inf.lists for inf in watched.sources) == 2
+    assert_calls_match_access_table("webhook", api_calls(api.requests))
