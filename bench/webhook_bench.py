@@ -61,7 +61,7 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
     from certs.reload import ReloadingTLS
     from webhook.kueue_validation import NoCohorts
     from webhook.mutation import StaticQueueView
-    from webhook.server import AdmissionHandlers, WebhookSettings, start_server
+    from webhook.server import AdmissionHandlers, WebhookSettings, settle_heap, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))
@@ -74,6 +74,7 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
             app = web.Application()
             app.router.add_post(PATH, bare)
         server = await start_server(app, "127.0.0.1", 0, tls.context)
+        settle_heap()  # as `gpuqueue webhook` does; for both servers, so the comparison stays fair
         port_q.put(server.port)
         await asyncio.Event().wait()
 
@@ -196,7 +197,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=3, help="length of each measurement")
     ap.add_argument("--rate", type=float, default=500.0, help="reviews/s of the fixed-rate latency run")
-    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--connections", type=int, default=8, help="keep-alive connections of the throughput run")
+    ap.add_argument("--rate-connections", type=int, default=32,
+                    help="connections of the fixed-rate run: each pauses connections/rate on average after an "
+                         "answer, so the more there are, the less the answer time itself lowers the rate reached")
     ap.add_argument("--rounds", type=int, default=5, help="bare and webhook alternate this many times; medians reported")
     ap.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk is there")
     args = ap.parse_args()
@@ -232,8 +236,8 @@ def main() -> None:
                     cpu0 = _cpu_seconds(proc.pid)
                     tput = _wrk(url, tmp / "body.json", args.seconds, args.connections, 0, tmp)
                     cpu1 = _cpu_seconds(proc.pid)
-                    fixed = _wrk(url, tmp / "body.json", args.seconds, args.connections,
-                                 args.connections * 1000 / args.rate, tmp)
+                    fixed = _wrk(url, tmp / "body.json", args.seconds, args.rate_connections,
+                                 args.rate_connections * 1000 / args.rate, tmp)
                 else:
                     cpu0 = _cpu_seconds(proc.pid)
                     tput = asyncio.run(_py_throughput(url, body, ctx, args.seconds, args.connections))
@@ -250,8 +254,8 @@ def main() -> None:
     gen = "wrk (1 thread, pinned to CPU 1)" if use_wrk else "Python aiohttp client (wrk not found: figures include its own cost)"
     print(f"request body {len(body)} B (recorded kube-apiserver review, Job without labels -> default LocalQueue); "
           f"load generator: {gen}")
-    print(f"medians of {args.rounds} alternating rounds, {args.seconds:g} s each, {args.connections} keep-alive connections, "
-          f"server pinned to CPU {SERVER_CPU}")
+    print(f"medians of {args.rounds} alternating rounds, {args.seconds:g} s each, {args.connections} keep-alive connections "
+          f"({args.rate_connections if use_wrk else args.connections} at the fixed rate), server pinned to CPU {SERVER_CPU}")
     print(f"{'':9}{'req/s':>9}{'CPU us/req':>12}{'req/s/core':>12}{'fixed rate':>12}{'p50 ms':>9}{'p99 ms':>9}")
     for kind in ("bare", "webhook"):
         rps, cpu, rate, p50, p99 = med[kind]
