@@ -1,12 +1,22 @@
 """Benchmark: POST /mutate-batch-v1-job over TLS with keep-alive, against a bare aiohttp
 TLS handler that returns the very same response bytes, measured in the same run.
 
-    /work/venv/bin/python bench/webhook_bench.py [--seconds 5] [--rate 500] [--connections 8]
+    /work/venv/bin/python bench/webhook_bench.py [--seconds 3] [--rounds 5] [--rate 500]
+                                                 [--connections 8] [--python-load]
 
-Each server runs in its own process pinned to one core (CPU 0 when available); the
-load generator runs in this process (pinned to another core when there is one).
-Reported: max throughput (closed loop, N keep-alive connections) and p50/p99 latency
-at a fixed open-loop rate, each with its ratio to the bare handler.
+Each server runs in its own process pinned to CPU 0; the load generator is pinned to CPU 1.
+The load generator is wrk (Debian package `wrk`) when it is on PATH: compiled, so it does not
+eat the figures as a Python client does on a small machine. Without wrk the script falls back
+to an aiohttp client in this process, and says so.
+
+Per round and server:
+- throughput: closed loop, N keep-alive connections, as fast as the server answers;
+- latency at a fixed rate: each connection waits an exponentially distributed pause between
+  requests (a Poisson arrival stream of --rate per second in total), p50/p99 measured;
+- server CPU per review: user+system time of the server process over the throughput run
+  (/proc), divided by the reviews answered. Its inverse is the throughput one fully available
+  core would give, the figure least disturbed by other load on a shared machine.
+bare and webhook alternate --rounds times; medians are reported, and ratios webhook / bare.
 """
 
 from __future__ import annotations
@@ -17,11 +27,15 @@ import gc
 import json
 import multiprocessing as mp
 import os
+import re
+import shutil
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,6 +45,7 @@ from aiohttp import web  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
 PATH = "/mutate-batch-v1-job"
+SERVER_CPU, LOAD_CPU = 0, 1
 
 
 def _pin(cpu: int) -> None:
@@ -42,11 +57,11 @@ def _pin(cpu: int) -> None:
 
 
 def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
-    _pin(0)
+    _pin(SERVER_CPU)
     from certs.reload import ReloadingTLS
-    from webhook.mutation import StaticQueueView
     from webhook.kueue_validation import NoCohorts
-    from webhook.server import AdmissionHandlers, WebhookSettings, start_server
+    from webhook.mutation import StaticQueueView
+    from webhook.server import AdmissionHandlers, WebhookSettings, settle_heap, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))
@@ -59,35 +74,96 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
             app = web.Application()
             app.router.add_post(PATH, bare)
         server = await start_server(app, "127.0.0.1", 0, tls.context)
+        settle_heap()  # as `gpuqueue webhook` does; for both servers, so the comparison stays fair
         port_q.put(server.port)
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
-async def _throughput(url: str, body: bytes, ctx: ssl.SSLContext, seconds: float, conns: int) -> float:
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@dataclass
+class Run:
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+
+# -- wrk ----------------------------------------------------------------------------------------
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
+local pause_ms = {pause_ms}
+if pause_ms > 0 then
+  function delay()  -- wrk truncates to whole ms: round instead, the mean stays right
+    return math.floor(-math.log(1 - math.random()) * pause_ms + 0.5)
+  end
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("WRK %d %d %d %d %d\\n", summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.status + e.timeout, latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def _wrk(url: str, body_file: Path, seconds: int, conns: int, pause_ms: float, tmp: Path) -> Run:
+    script = tmp / f"post-{pause_ms:g}.lua"
+    script.write_text(WRK_SCRIPT.format(body=body_file, pause_ms=pause_ms))
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(script), url],
+                         capture_output=True, text=True, check=True, preexec_fn=lambda: _pin(LOAD_CPU)).stdout
+    m = re.search(r"^WRK (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
+    if m is None:
+        raise RuntimeError(f"unexpected wrk output:\n{out}")
+    n, dur_us, errors, p50, p99 = map(int, m.groups())
+    if errors:
+        raise RuntimeError(f"wrk saw {errors} errors (non-2xx answers, timeouts or socket errors):\n{out}")
+    return Run(n, dur_us / 1e6, p50 / 1000, p99 / 1000)
+
+
+# -- the Python fallback -------------------------------------------------------------------------
+
+async def _py_throughput(url: str, body: bytes, ctx: ssl.SSLContext, seconds: float, conns: int) -> Run:
     done = 0
+    lat: list[float] = []
     deadline = time.perf_counter() + seconds
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=conns)) as s:
         async def worker() -> None:
             nonlocal done
             while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
                 async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                     await r.read()
                     assert r.status == 200
+                lat.append((time.perf_counter() - t0) * 1000)
                 done += 1
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(conns)))
-        return done / (time.perf_counter() - start)
+        return Run(done, time.perf_counter() - start, _pct(lat, 50), _pct(lat, 99))
 
 
-async def _latency(url: str, body: bytes, ctx: ssl.SSLContext, seconds: float, rate: float, conns: int) -> list[float]:
+async def _py_latency(url: str, body: bytes, ctx: ssl.SSLContext, seconds: float, rate: float, conns: int) -> Run:
     lat: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=conns)) as s:
         async def one() -> None:
             t0 = time.perf_counter()
             async with s.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                 await r.read()
+                assert r.status == 200
             lat.append((time.perf_counter() - t0) * 1000)
         for _ in range(20):  # open every keep-alive connection before measuring: no handshakes inside
             await asyncio.gather(*(one() for _ in range(conns)))
@@ -95,14 +171,13 @@ async def _latency(url: str, body: bytes, ctx: ssl.SSLContext, seconds: float, r
         gc.collect()
         tasks = []
         start = time.perf_counter()
-        n = int(seconds * rate)
-        for i in range(n):
+        for i in range(int(seconds * rate)):
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one()))
         await asyncio.gather(*tasks)
-    return lat
+        return Run(len(lat), time.perf_counter() - start, _pct(lat, 50), _pct(lat, 99))
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -110,55 +185,86 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+async def _one_answer(url: str, body: bytes, ctx: ssl.SSLContext) -> bytes:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s:
+        async with s.post(url, data=body) as r:
+            return await r.read()
+
+
+# -- main ------------------------------------------------------------------------------------------
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--rate", type=float, default=500.0)
-    ap.add_argument("--connections", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3, help="bare and webhook alternate this many times; medians reported")
+    ap.add_argument("--seconds", type=int, default=3, help="length of each measurement")
+    ap.add_argument("--rate", type=float, default=500.0, help="reviews/s of the fixed-rate latency run")
+    ap.add_argument("--connections", type=int, default=8, help="keep-alive connections of the throughput run")
+    ap.add_argument("--rate-connections", type=int, default=32,
+                    help="connections of the fixed-rate run: each pauses connections/rate on average after an "
+                         "answer, so the more there are, the less the answer time itself lowers the rate reached")
+    ap.add_argument("--rounds", type=int, default=5, help="bare and webhook alternate this many times; medians reported")
+    ap.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk is there")
     args = ap.parse_args()
 
     from certs.generate import ServingIdentity, generate, write_files
-    from webhook.mutation import ManagedJobsConfig, StaticQueueView, mutate_job
     from webhook import review
+    from webhook.mutation import ManagedJobsConfig, StaticQueueView, mutate_job
 
+    use_wrk = shutil.which("wrk") is not None and not args.python_load
     doc = json.loads(FIXTURE.read_text())
     body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
     req = doc["request"]
     answer = review.allow(req["uid"], mutate_job(req["object"], StaticQueueView(local_queues={("team-a", "default")}),
                                                  ManagedJobsConfig()).patch)
-    results: dict[str, list[tuple[float, float, float]]] = {"bare": [], "webhook": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        write_files(Path(tmp), generate(ServingIdentity(ips=("127.0.0.1",))))
-        ctx = ssl.create_default_context(cafile=f"{tmp}/ca.crt")
-        _pin(1)
+    rows: dict[str, list[tuple[float, float, float, float, float]]] = {"bare": [], "webhook": []}
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        write_files(tmp, generate(ServingIdentity(ips=("127.0.0.1",))))
+        (tmp / "body.json").write_bytes(body)
+        ctx = ssl.create_default_context(cafile=str(tmp / "ca.crt"))
+        if not use_wrk:
+            _pin(LOAD_CPU)
         for kind in ("bare", "webhook") * args.rounds:
             q: mp.Queue = mp.Queue()
-            proc = mp.Process(target=_serve, args=(kind, tmp, q, answer), daemon=True)
+            proc = mp.Process(target=_serve, args=(kind, str(tmp), q, answer), daemon=True)
             proc.start()
             try:
                 url = f"https://127.0.0.1:{q.get(timeout=20)}{PATH}"
                 got = asyncio.run(_one_answer(url, body, ctx))
                 assert got == answer, (kind, got[:200])
-                rps = asyncio.run(_throughput(url, body, ctx, args.seconds, args.connections))
-                lat = asyncio.run(_latency(url, body, ctx, args.seconds, args.rate, args.connections))
-                results[kind].append((rps, statistics.median(lat), _pct(lat, 99)))
+                if use_wrk:
+                    _wrk(url, tmp / "body.json", 1, args.connections, 0, tmp)  # warm-up
+                    cpu0 = _cpu_seconds(proc.pid)
+                    tput = _wrk(url, tmp / "body.json", args.seconds, args.connections, 0, tmp)
+                    cpu1 = _cpu_seconds(proc.pid)
+                    fixed = _wrk(url, tmp / "body.json", args.seconds, args.rate_connections,
+                                 args.rate_connections * 1000 / args.rate, tmp)
+                else:
+                    cpu0 = _cpu_seconds(proc.pid)
+                    tput = asyncio.run(_py_throughput(url, body, ctx, args.seconds, args.connections))
+                    cpu1 = _cpu_seconds(proc.pid)
+                    fixed = asyncio.run(_py_latency(url, body, ctx, args.seconds, args.rate, args.connections))
+                cpu_us = (cpu1 - cpu0) / tput.requests * 1e6 if cpu0 is not None and cpu1 is not None else float("nan")
+                rows[kind].append((tput.rate, cpu_us, fixed.rate, fixed.p50_ms, fixed.p99_ms))
             finally:
                 proc.terminate()
                 proc.join()
-    b, w = ([statistics.median(r[i] for r in results[k]) for i in range(3)] for k in ("bare", "webhook"))
-    print(f"request body {len(body)} B (recorded kube-apiserver review, Job without labels -> default LocalQueue)")
-    print(f"medians of {args.rounds} alternating rounds, {args.seconds:.0f} s each, {args.connections} keep-alive connections")
-    print(f"{'':10}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}   (latency at {args.rate:.0f}/s)")
-    print(f"{'bare':10}{b[0]:10.0f}{b[1]:10.2f}{b[2]:10.2f}")
-    print(f"{'webhook':10}{w[0]:10.0f}{w[1]:10.2f}{w[2]:10.2f}")
-    print(f"{'ratio':10}{w[0] / b[0]:10.2f}{w[1] / b[1]:10.2f}{w[2] / b[2]:10.2f}   (webhook / bare)")
-
-
-async def _one_answer(url: str, body: bytes, ctx: ssl.SSLContext) -> bytes:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s:
-        async with s.post(url, data=body) as r:
-            return await r.read()
+    med = {k: [statistics.median(r[i] for r in v) for i in range(5)] for k, v in rows.items()}
+    # ratios of the two servers measured next to each other, then the median of those
+    pair = [statistics.median(w[i] / b[i] for b, w in zip(rows["bare"], rows["webhook"])) for i in range(5)]
+    gen = "wrk (1 thread, pinned to CPU 1)" if use_wrk else "Python aiohttp client (wrk not found: figures include its own cost)"
+    print(f"request body {len(body)} B (recorded kube-apiserver review, Job without labels -> default LocalQueue); "
+          f"load generator: {gen}")
+    print(f"medians of {args.rounds} alternating rounds, {args.seconds:g} s each, {args.connections} keep-alive connections "
+          f"({args.rate_connections if use_wrk else args.connections} at the fixed rate), server pinned to CPU {SERVER_CPU}")
+    print(f"{'':9}{'req/s':>9}{'CPU us/req':>12}{'req/s/core':>12}{'fixed rate':>12}{'p50 ms':>9}{'p99 ms':>9}")
+    for kind in ("bare", "webhook"):
+        rps, cpu, rate, p50, p99 = med[kind]
+        print(f"{kind:9}{rps:9.0f}{cpu:12.0f}{1e6 / cpu:12.0f}{rate:12.0f}{p50:9.2f}{p99:9.2f}")
+    print(f"{'ratio':9}{pair[0]:9.2f}{pair[1]:12.2f}{1 / pair[1]:12.2f}{pair[2]:12.2f}{pair[3]:9.2f}{pair[4]:9.2f}"
+          "   (webhook / bare, median of per-round ratios)")
+    print("per round (req/s, CPU us/req, p99 ms at fixed rate): " + "; ".join(
+        f"bare {b[0]:.0f}/{b[1]:.0f}/{b[4]:.2f} webhook {w[0]:.0f}/{w[1]:.0f}/{w[4]:.2f}"
+        for b, w in zip(rows["bare"], rows["webhook"])))
 
 
 if __name__ == "__main__":

@@ -82,23 +82,30 @@ def _data(m: TLSMaterial) -> dict[str, bytes]:
 
 
 def webhook_ca_patch(config: Mapping, ca_pem: bytes) -> list[dict] | None:
-    """JSONPatch setting every webhook's clientConfig.caBundle, or None when all are current."""
+    """JSONPatch setting every webhook's clientConfig.caBundle, or None when all are current.
+
+    Each change is preceded by a ``test`` of the webhook's name at that index, so a configuration
+    rewritten between our read and our patch fails the patch (422) instead of being patched blindly."""
     bundle = base64.b64encode(ca_pem).decode()
     ops = []
     for i, hook in enumerate(config.get("webhooks") or []):
         if (hook.get("clientConfig") or {}).get("caBundle") != bundle:
+            ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook.get("name")})
             ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
     return ops or None
 
 
 async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, webhook_config_name: str,
-                 out: Path | None = None) -> str:
-    """One pass: Secret, caBundle injection, optional files. Returns what was done."""
+                 out: Path | None = None, *, configuration=None, now: dt.datetime | None = None) -> str:
+    """One pass: Secret, caBundle injection, optional files. Returns what was done.
+
+    ``configuration``: a kubernetes_asyncio Configuration (default: the one loaded by
+    ``load_cluster_config``); ``now``: the time the renewal decision is made at."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.rest import ApiException
 
     done = []
-    async with client.ApiClient() as api:
+    async with client.ApiClient(configuration) as api:
         core = client.CoreV1Api(api)
         try:
             secret = await core.read_namespaced_secret(secret_name, namespace)
@@ -107,7 +114,7 @@ async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, we
             if exc.status != 404:
                 raise
             secret, current = None, None
-        plan = plan_secret(current, identity)
+        plan = plan_secret(current, identity, now)
         data = plan.data or current or {}
         if plan.data is not None:
             body = client.V1Secret(metadata=client.V1ObjectMeta(name=secret_name, namespace=namespace),

@@ -78,7 +78,9 @@ def test_ca_bundle_patch_is_idempotent():
     cfg = {"webhooks": [{"name": "a", "clientConfig": {"service": {}}}, {"name": "b", "clientConfig": {"caBundle": "old"}}]}
     ops = webhook_ca_patch(cfg, ca)
     bundle = base64.b64encode(ca).decode()
-    assert ops == [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle},
+    assert ops == [{"op": "test", "path": "/webhooks/0/name", "value": "a"},
+                   {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle},
+                   {"op": "test", "path": "/webhooks/1/name", "value": "b"},
                    {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": bundle}]
     for hook in cfg["webhooks"]:
         hook["clientConfig"]["caBundle"] = bundle

@@ -8,7 +8,9 @@ import json
 import logging
 from pathlib import Path
 
-from tests.webhook_support import client_context, load_review, make_cert_dir, wire
+from tests.webhook_support import (
+    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
+)
 from webhook.cluster import ClusterView
 from webhook.command import serve
 from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
@@ -16,16 +18,16 @@ from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfi
 WATCH_FIXTURE = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api" / "clusterqueues.watch.bookmarks.stream.jsonl"
 
 
-def test_view_follows_events_and_relists():
+def test_view_answers_from_events():
     view = ClusterView()
-    view.replace_all("localqueues", [{"metadata": {"namespace": "team-a", "name": "default"}}])
-    view.replace_all("namespaces", [{"metadata": {"name": "team-a", "labels": {"gpu": "yes"}}}])
-    view.replace_all("workloadpriorityclasses", [
-        {"metadata": {"name": "normal", "annotations": {DEFAULT_PRIORITY_CLASS_ANNOTATION: "true"}}, "value": 100},
-        {"metadata": {"name": "high"}, "value": 1000},
-    ])
-    view.replace_all("cohorts", [{"metadata": {"name": "team"}, "spec": {"parentName": "org"}}])
-    assert view.ready()
+    view.apply_event("localqueues", "ADDED", {"metadata": {"namespace": "team-a", "name": "default"}})
+    view.apply_event("namespaces", "ADDED", {"metadata": {"name": "team-a", "labels": {"gpu": "yes"}}})
+    view.apply_event("workloadpriorityclasses", "ADDED",
+                     {"metadata": {"name": "normal", "annotations": {DEFAULT_PRIORITY_CLASS_ANNOTATION: "true"}},
+                      "value": 100})
+    view.apply_event("workloadpriorityclasses", "ADDED", {"metadata": {"name": "high"}, "value": 1000})
+    view.apply_event("cohorts", "ADDED", {"metadata": {"name": "team"}, "spec": {"parentName": "org"}})
+    assert not view.ready()  # no informer has listed anything
     job = load_review("mutating-review-request.job-create.no-labels.json")["request"]["object"]
     res = mutate_job(job, view, ManagedJobsConfig())
     assert res.queue_name == "default"
@@ -36,8 +38,6 @@ def test_view_follows_events_and_relists():
     assert not mutate_job(job, view, ManagedJobsConfig()).managed
     view.apply_event("workloadpriorityclasses", "MODIFIED", {"metadata": {"name": "normal"}, "value": 100})
     assert view.default_priority_class() is None
-    view.replace_all("localqueues", [])
-    assert not view.local_queue_exists("team-a", "default")
 
 
 def test_bookmarks_and_recorded_watch_lines_are_harmless():
@@ -73,3 +73,164 @@ async def test_starts_without_cluster_and_warns_once(tmp_path, monkeypatch, capl
     await task
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "no cluster found" in warnings[0].getMessage()
+
+
+# -- against the API server stand-in, with the real kubernetes_asyncio client ----------------------
+
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from kubernetes_asyncio import client  # noqa: E402
+
+from gpuqueue.testing import ApiServer  # noqa: E402
+from gpuqueue.testing import resources as R  # noqa: E402
+from webhook.cluster import watch_cluster  # noqa: E402
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def local_queue(namespace: str, name: str = "default") -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": "gpu"}}
+
+
+async def eventually(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def api():
+    async with ApiServer() as server:
+        server.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-a", "labels": {"gpu": "yes"}}})
+        yield server
+        assert not server.internal_errors
+
+
+@pytest.fixture
+async def watched(api):
+    """A ClusterView kept current by watch_cluster against the stand-in."""
+    view = ClusterView()
+    task = asyncio.create_task(watch_cluster(view, api.client_configuration()))
+    await eventually(view.ready)
+    await eventually(lambda: api.open_watches == len(view.sources))
+    yield view
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_queue_view_follows_creates_and_deletes(api, watched):
+    view = watched
+    assert view.namespace_labels("team-a")["gpu"] == "yes" and not view.local_queue_exists("team-a", "default")
+    async with client.ApiClient(api.client_configuration()) as ac:
+        co, core = client.CustomObjectsApi(ac), client.CoreV1Api(ac)
+        await co.create_namespaced_custom_object(*KUEUE, "team-a", "localqueues", local_queue("team-a"))
+        await eventually(lambda: view.local_queue_exists("team-a", "default"))
+        await co.create_cluster_custom_object(*KUEUE, "cohorts", {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "team"},
+            "spec": {"parentName": "org"}})
+        await co.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "value": 10,
+            "metadata": {"name": "batch", "annotations": {DEFAULT_PRIORITY_CLASS_ANNOTATION: "true"}}})
+        await core.patch_namespace("team-a", {"metadata": {"labels": {"gpu": "no"}}})
+        await eventually(lambda: view.namespace_labels("team-a")["gpu"] == "no")
+        assert view.cohort_parent("team") == "org" and view.default_priority_class() == "batch"
+
+        await co.delete_namespaced_custom_object(*KUEUE, "team-a", "localqueues", "default")
+        await core.delete_namespace("team-a")
+        await eventually(lambda: not view.local_queue_exists("team-a", "default"))
+        await eventually(lambda: view.namespace_labels("team-a") is None)
+
+
+async def test_queue_view_resumes_after_a_dropped_stream(api, watched):
+    view = watched
+    assert api.drop_watches() == 4
+    # written while no watch is open: the resumed watches replay it from their last resourceVersion
+    api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
+    await eventually(lambda: view.local_queue_exists("team-a", "default"))
+    await eventually(lambda: api.open_watches == 4)
+    assert [inf.lists for inf in view.sources] == [1, 1, 1, 1]
+
+
+async def test_queue_view_relists_after_410_and_forgets_what_vanished(api, watched):
+    view = watched
+    api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a", "old"))
+    await eventually(lambda: view.local_queue_exists("team-a", "old"))
+    api.drop_watches()
+    # all of this happens before the informers reconnect, and then the history is forgotten
+    api.cluster.delete(R.LOCAL_QUEUES, "team-a", "old")
+    api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
+    api.compact()
+    await eventually(lambda: view.local_queue_exists("team-a", "default"))
+    assert not view.local_queue_exists("team-a", "old")
+    lq = next(inf for inf in view.sources if inf.name == "webhook:localqueues")
+    assert lq.lists == 2
+    api.cluster.delete(R.LOCAL_QUEUES, "team-a", "default")  # and the watch goes on after the relist
+    await eventually(lambda: not view.local_queue_exists("team-a", "default"))
+
+
+async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_path, monkeypatch, caplog):
+    """`gpuqueue webhook` with a kubeconfig: readyz waits for the lists, and a LocalQueue created in
+    the cluster is used as the Job's queue by the next review."""
+    cert_dir = make_cert_dir(tmp_path / "tls")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+        "clusters": [{"name": "standin", "cluster": {"server": api.url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "u"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    api.faults.add(r"/localqueues$", method="GET", watch=False, delay=0.3)  # hold the first LIST back
+    args = argparse.Namespace(cert_dir=cert_dir, host="127.0.0.1", port=0, config=None,
+                              controller_username="ctrl", max_body_bytes=1 << 20, cert_check_seconds=60)
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO)
+    task = asyncio.create_task(serve(args, stop))
+    await eventually(lambda: "webhook serving on" in caplog.text)
+    port = int(caplog.text.split("webhook serving on https://127.0.0.1:")[1].split()[0])
+    base = f"https://127.0.0.1:{port}"
+    review = load_review("mutating-review-request.job-create.no-labels.json")  # namespace team-a
+    import aiohttp
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(cert_dir))) as s:
+            async with s.get(f"{base}/readyz") as r:
+                assert r.status == 503
+            for _ in range(500):
+                async with s.get(f"{base}/readyz") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.01)
+            assert r.status == 200
+            async with s.post(f"{base}/mutate-batch-v1-job", data=wire(review)) as r:
+                assert "patch" not in (await r.json())["response"]  # no label, no LocalQueue: unmanaged
+            api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
+            for _ in range(500):
+                async with s.post(f"{base}/mutate-batch-v1-job", data=wire(review)) as r:
+                    response = (await r.json())["response"]
+                if "patch" in response:
+                    break
+                await asyncio.sleep(0.01)
+            ops = decode_patch(response)
+            assert {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "default"}} in ops \
+                or any(op["path"] == "/metadata/labels/kueue.x-k8s.io~1queue-name" and op["value"] == "default"
+                       for op in ops)
+    finally:
+        stop.set()
+        await task
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_calls_are_exactly_those_declared_for_the_webhook(api, watched):
+    api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
+    api.drop_watches()
+    api.compact()  # re-watches and a relist too: still only list and watch
+    await eventually(lambda: all(inf.watch_starts >= 2 for inf in watched.sources))
+    await eventually(lambda: api.open_watches == 4)
+    assert max(inf.lists for inf in watched.sources) == 2
+    assert_calls_match_access_table("webhook", api_calls(api.requests))

@@ -130,3 +130,45 @@ async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohor
     finally:
         await session.close()
         await server.close()
+
+
+# -- which Kubernetes API calls a component made, from the stand-in's request log ----------------
+
+from urllib.parse import parse_qs, urlsplit  # noqa: E402
+
+
+def api_calls(requests: list[tuple[str, str]]) -> set[tuple[str, str, str, str | None, str | None]]:
+    """(group, resource[/subresource], verb, namespace, name) of each (method, path?query) that
+    ``ApiServer.requests`` logged, in the vocabulary of RBAC and gpuqueue/access.py."""
+    calls = set()
+    for method, path_qs in requests:
+        url = urlsplit(path_qs)
+        parts = [p for p in url.path.split("/") if p]
+        if parts[0] == "api":
+            group, rest = "", parts[2:]
+        else:
+            group, rest = parts[1], parts[3:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        resource, name = rest[0], rest[1] if len(rest) > 1 else None
+        if len(rest) > 2:
+            resource += "/" + rest[2]
+        if method == "GET":
+            watching = parse_qs(url.query).get("watch", [""])[0].lower() in ("1", "true")
+            verb = "watch" if watching else "list" if name is None else "get"
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+        calls.add((group, resource, verb, namespace, name))
+    return calls
+
+
+def assert_calls_match_access_table(component: str, calls: set[tuple[str, str, str, str | None, str | None]]) -> None:
+    """Every call is granted by gpuqueue/access.py, and every verb the table grants ``component`` was used."""
+    from gpuqueue import access
+
+    undeclared = sorted(c for c in calls if not access.declared(component, c[0], c[1], c[2], namespace=c[3], name=c[4]))
+    assert undeclared == [], f"{component} made calls gpuqueue/access.py does not declare"
+    used = {(g, r, v) for g, r, v, _, _ in calls}
+    granted = {(a.group, a.resource, v) for a in access.API_ACCESS if a.component == component for v in a.verbs}
+    assert sorted(granted - used) == [], f"gpuqueue/access.py grants {component} calls it never makes"

@@ -1,9 +1,10 @@
-"""The webhook's view of the cluster, filled by kubernetes-asyncio watches.
+"""The webhook's view of the cluster, kept current by informers (extender/kube/informer.py).
 
-``ClusterView`` answers the QueueView and CohortView questions from dictionaries
-kept current by ``apply_event``; the watch loops (``watch_cluster``) only list,
-watch, and feed events to it. Without a cluster the webhook runs on an empty view:
-Jobs that carry the queue label are still queued.
+``ClusterView`` answers the QueueView and CohortView questions from dictionaries kept
+current by ``apply_event``; ``watch_cluster`` runs one informer per watched kind (list,
+then watch; relist on 410, resume after a dropped stream) and feeds its add/update/delete
+callbacks to the view. Without a cluster the webhook runs on an empty view: Jobs that
+carry the queue label are still queued.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class ClusterView:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.cohort_parents: dict[str, str] = {}
         self.default_classes: dict[str, int] = {}  # name -> value, of classes marked default
-        self.synced: set[str] = set()
+        self.sources: list = []  # the informers feeding this view (see ``informers``)
 
     # QueueView / CohortView
     def local_queue_exists(self, namespace: str, name: str) -> bool:
@@ -47,7 +48,7 @@ class ClusterView:
         return self.cohort_parents.get(name)
 
     def ready(self) -> bool:
-        return self.synced >= set(WATCHED)
+        return bool(self.sources) and all(inf.synced.is_set() for inf in self.sources)
 
     # feeding
     def apply_event(self, resource: str, event_type: str, obj: Mapping[str, Any]) -> None:
@@ -77,20 +78,6 @@ class ClusterView:
             else:
                 self.default_classes[name] = int(obj.get("value") or 0)
 
-    def replace_all(self, resource: str, items: list[Mapping[str, Any]]) -> None:
-        """A fresh LIST: forget what was known of ``resource`` and load ``items``."""
-        if resource == "localqueues":
-            self.local_queues.clear()
-        elif resource == "namespaces":
-            self.namespaces.clear()
-        elif resource == "cohorts":
-            self.cohort_parents.clear()
-        elif resource == "workloadpriorityclasses":
-            self.default_classes.clear()
-        for item in items:
-            self.apply_event(resource, "ADDED", item)
-        self.synced.add(resource)
-
 
 async def load_cluster_config() -> bool:
     """In-cluster service account, else kubeconfig; False when neither is there."""
@@ -101,56 +88,48 @@ async def load_cluster_config() -> bool:
         return True
     except config.ConfigException:
         pass
-    paths = os.environ.get("KUBECONFIG") or os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+    # KUBECONFIG read now: kubernetes_asyncio reads it once, at import.
+    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     if not any(os.path.exists(p) for p in paths.split(os.pathsep) if p):
         return False  # checked here so the caller's one warning is the only one
     try:
-        await config.load_kube_config()
+        await config.load_kube_config(config_file=paths)
         return True
     except (config.ConfigException, FileNotFoundError, OSError, TypeError):
         return False
 
 
-async def _watch_one(view: ClusterView, api, resource: str) -> None:
-    from kubernetes_asyncio import client, watch
-    from kubernetes_asyncio.client.rest import ApiException
-
-    if resource == "namespaces":
-        core = client.CoreV1Api(api)
-        list_fn, args = core.list_namespace, ()
-    else:
-        custom = client.CustomObjectsApi(api)
-        list_fn, args = custom.list_cluster_custom_object, (KUEUE_GROUP, KUEUE_VERSION, resource)
-    backoff = 1.0
-    while True:
-        try:
-            listed = await list_fn(*args, _preload_content=False)
-            body = await listed.json()
-            view.replace_all(resource, body.get("items") or [])
-            rv = (body.get("metadata") or {}).get("resourceVersion")
-            backoff = 1.0
-            while True:
-                w = watch.Watch()
-                async with w.stream(list_fn, *args, resource_version=rv, timeout_seconds=300,
-                                    allow_watch_bookmarks=True, _preload_content=False) as stream:
-                    async for event in stream:
-                        obj = event["raw_object"]
-                        rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                            view.apply_event(resource, event["type"], obj)
-        except asyncio.CancelledError:
-            raise
-        except ApiException as exc:
-            # 410 Expired (too old resourceVersion) and anything else: re-list.
-            log.warning("watch of %s ended (%s %s); re-listing", resource, exc.status, exc.reason)
-        except Exception as exc:  # network trouble: keep the last view, retry with backoff
-            log.warning("watch of %s failed (%s); retrying in %.0fs", resource, exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
-
-
-async def watch_cluster(view: ClusterView) -> None:
+def informers(view: ClusterView, api) -> list:
+    """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
 
-    async with client.ApiClient() as api:
-        await asyncio.gather(*(_watch_one(view, api, r) for r in WATCHED))
+    from extender.kube.informer import Informer
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    made = []
+    for resource in WATCHED:
+        if resource == "namespaces":
+            inf = Informer(core.list_namespace, name="webhook:namespaces")
+        else:
+            inf = Informer(custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, resource,
+                           name=f"webhook:{resource}")
+        inf.add_handler(on_add=lambda obj, r=resource: view.apply_event(r, "ADDED", obj),
+                        on_update=lambda old, new, r=resource: view.apply_event(r, "MODIFIED", new),
+                        on_delete=lambda obj, r=resource: view.apply_event(r, "DELETED", obj))
+        made.append(inf)
+    view.sources = made
+    return made
+
+
+async def watch_cluster(view: ClusterView, configuration=None) -> None:
+    """Keep ``view`` current until cancelled (``configuration``: a kubernetes_asyncio Configuration,
+    by default the one ``load_cluster_config`` loaded)."""
+    from kubernetes_asyncio import client
+
+    async with client.ApiClient(configuration) as api:
+        running = informers(view, api)
+        try:
+            await asyncio.gather(*(inf.start() for inf in running))
+        finally:
+            for inf in running:
+                await inf.stop()

@@ -46,7 +46,7 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
     from certs.reload import ReloadingTLS
     from webhook.cluster import ClusterView, load_cluster_config, watch_cluster
-    from webhook.server import AdmissionHandlers, start_server
+    from webhook.server import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
     try:
@@ -64,6 +64,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         ready = lambda: True  # noqa: E731
     handlers = AdmissionHandlers(settings, view, view, ready)
     server = await start_server(handlers.app(), args.host, args.port, tls.context)
+    settle_heap()
     log.info("webhook serving on https://%s:%d", args.host, server.port)
     try:
         await (stop.wait() if stop else asyncio.Event().wait())

@@ -13,44 +13,72 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import NotRequired, TypedDict
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
 
-class GroupVersionKind(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    group: str = ""
+# The wire shape, checked by pydantic. TypedDicts rather than models: validating into plain
+# dicts costs a third of building model instances, and this runs on every review.
+class _GroupVersionKind(TypedDict):
+    group: NotRequired[str]
     version: str
     kind: str
 
 
-class UserInfo(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+
+
+class _Request(TypedDict):
+    uid: str
+    kind: _GroupVersionKind
+    name: NotRequired[str]
+    namespace: NotRequired[str]
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    userInfo: NotRequired[_UserInfo]
+    object: NotRequired[Any]
+    oldObject: NotRequired[Any]
+    dryRun: NotRequired[bool | None]
+
+
+class _Review(TypedDict):
+    apiVersion: str
+    kind: str
+    request: _Request
+
+
+_REVIEW = TypeAdapter(_Review)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
     username: str = ""
-    uid: str = ""
-    groups: list[str] = []
 
 
-class AdmissionRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """The parts of an AdmissionReview request the webhook decides on."""
     uid: str
     kind: GroupVersionKind
+    operation: str
     name: str = ""
     namespace: str = ""
-    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
     userInfo: UserInfo = UserInfo()
     object: Any = None
     oldObject: Any = None
     dryRun: bool | None = None
-
-
-class AdmissionReviewIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    apiVersion: str
-    kind: str
-    request: AdmissionRequest
 
 
 @dataclass(frozen=True)
@@ -95,9 +123,15 @@ def parse_review(body: bytes) -> AdmissionRequest | ReviewError:
             f"{API_VERSION} {KIND} is served (set admissionReviewVersions: [v1])",
         )
     try:
-        return AdmissionReviewIn.model_validate(doc).request
+        req = _REVIEW.validate_python(doc)["request"]
     except ValidationError as exc:
         return ReviewError(uid, _describe(exc))
+    kind = req["kind"]
+    return AdmissionRequest(
+        uid=req["uid"], kind=GroupVersionKind(kind.get("group", ""), kind["version"], kind["kind"]),
+        operation=req["operation"], name=req.get("name", ""), namespace=req.get("namespace", ""),
+        userInfo=UserInfo(req.get("userInfo", {}).get("username", "")), object=req.get("object"),
+        oldObject=req.get("oldObject"), dryRun=req.get("dryRun"))
 
 
 def _envelope(response: dict[str, Any]) -> bytes:

@@ -8,6 +8,7 @@ so there is no uid to echo). The decisions themselves are the pure functions of
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -145,6 +146,14 @@ async def start_server(app: web.Application, host: str, port: int, ssl_context) 
     if server is not None and server.sockets:
         bound = server.sockets[0].getsockname()[1]
     return RunningServer(runner, bound)
+
+
+def settle_heap() -> None:
+    """Move everything allocated at start-up (modules, the app) out of the garbage collector's
+    sight: each review allocates a Job's worth of dicts, which triggers collections, and a full
+    collection would otherwise walk the whole start-up heap (milliseconds, every few hundred reviews)."""
+    gc.collect()
+    gc.freeze()
 
 
 def handlers_without_cluster(settings: WebhookSettings | None = None) -> AdmissionHandlers:

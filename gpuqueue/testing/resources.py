@@ -90,6 +90,15 @@ EVENTS_V1 = _builtin("events.k8s.io", "v1", "events", "Event", True, storage="ev
                                         "deprecatedFirstTimestamp": None, "deprecatedLastTimestamp": None})
 PRIORITY_CLASSES = _builtin("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False,
                             bookmark_skeleton={"value": 0})
+# Secret's and the webhook configurations' other fields are all omitempty, so their bookmarks are bare.
+# Neither has defaulting or validation beyond metadata here (no Secret type "Opaque" default, no webhook
+# failurePolicy/timeoutSeconds defaults): `certs ensure` writes complete objects.
+SECRETS = _builtin("", "v1", "secrets", "Secret", True)
+MUTATING_WEBHOOK_CONFIGURATIONS = _builtin("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                                           "MutatingWebhookConfiguration", False)
+VALIDATING_WEBHOOK_CONFIGURATIONS = _builtin("admissionregistration.k8s.io", "v1",
+                                             "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
+                                             False)
 
 # Kueue's CRDs declare no status subresource for ResourceFlavor and WorkloadPriorityClass (they have
 # no status), so neither does the stand-in: /status on them is a 404 as on a real cluster.
@@ -102,6 +111,7 @@ WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityC
 
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
+    SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
     RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
 )
 
