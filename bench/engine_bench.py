@@ -31,6 +31,9 @@ from extender.quota.model import (
 GPU = "nvidia.com/gpu"
 
 
+DISTINCT = "--distinct" in sys.argv  # every workload asks for something different: no two share a group
+
+
 def build(pending: int, queues: int, cohorts: int, fair: bool, seed: int = 1) -> QuotaEngine:
     engine = QuotaEngine(fair_sharing=FairSharing() if fair else None)
     engine.set_flavor(FlavorSpec("gh200"))
@@ -39,8 +42,8 @@ def build(pending: int, queues: int, cohorts: int, fair: bool, seed: int = 1) ->
         name = f"cq-{i}"
         engine.set_cluster_queue(ClusterQueueSpec(
             name=name, cohort=f"cohort-{i % cohorts}",
-            resource_groups=(ResourceGroupSpec((GPU,), ("gh200",)),),
-            quotas={("gh200", GPU): Quota(20, borrowing_limit=100)},
+            resource_groups=(ResourceGroupSpec((GPU, "cpu"), ("gh200",)),),
+            quotas={("gh200", GPU): Quota(20, borrowing_limit=100), ("gh200", "cpu"): Quota(10**9)},
             namespace_selector=everyone,
             preemption=PreemptionSpec(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority"),
         ))
@@ -52,7 +55,7 @@ def build(pending: int, queues: int, cohorts: int, fair: bool, seed: int = 1) ->
         gpus, prio = sizes[rng.choices(range(3), weights=(7, 2, 1))[0]]
         engine.submit(WorkloadSpec(
             key=f"ns-{q}/job-{n}", namespace=f"ns-{q}", queue_name="lq",
-            pod_sets=(PodSetSpec("main", 1, {GPU: gpus}),), priority=prio, created=float(n),
+            pod_sets=(PodSetSpec("main", 1, {GPU: gpus, "cpu": 1000 + (n if DISTINCT else 0)}),), priority=prio, created=float(n),
         ))
     return engine
 
@@ -78,10 +81,13 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=10_000)
     ap.add_argument("--queues", type=int, default=100)
     ap.add_argument("--cohorts", type=int, default=10)
+    ap.add_argument("--distinct", action="store_true", help="no two workloads alike (the worst case for grouping)")
     args = ap.parse_args()
     off = measure(args, fair=False)
     on = measure(args, fair=True)
-    print(f"{args.pending} pending workloads, {args.queues} ClusterQueues in {args.cohorts} cohorts, median of {args.runs} runs (CPU s)")
+    alike = "every one different" if DISTINCT else "3 kinds"
+    print(f"{args.pending} pending workloads ({alike}), {args.queues} ClusterQueues in {args.cohorts} cohorts, "
+          f"median of {args.runs} runs (CPU s)")
     for name, r in (("fair sharing off", off), ("fair sharing on", on)):
         per = r["first"] / r["admitted"] * 1000 if r["admitted"] else float("nan")
         print(f"  {name:17}: first pass {r['first']:.3f} s ({r['admitted']:.0f} admitted, {per:.3f} ms each); "
