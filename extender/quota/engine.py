@@ -62,6 +62,7 @@ class QuotaEngine:
         self._admissions = 0
         self._seq = 0
         self._now = 0.0
+        self._preempted_in_pass: set[str] = set()
 
     # -- quota objects ---------------------------------------------------------------------
     def _spec_changed(self) -> None:
@@ -296,6 +297,7 @@ class QuotaEngine:
     def schedule(self, now: float) -> list[d.Decision]:
         self.advance(now)
         out: list[d.Decision] = []
+        self._preempted_in_pass: set[str] = set()
         if self._routed_epoch != self._epoch:
             self._reroute(out)
         limit = MAX_ROUNDS_PER_WORKLOAD * (len(self.pending) + 1)
@@ -414,7 +416,9 @@ class QuotaEngine:
         if mode == fa.PREEMPT:
             if self.fair_sharing is not None:
                 self.fair_sharing.protection_ends = None
-            targets = self._targets(p.spec, g.cq, a)
+            # A workload preempted in this pass does not preempt in it: that is how two
+            # policies (fair sharing, borrowWithinCohort) would otherwise chase each other.
+            targets = [] if p.spec.key in self._preempted_in_pass else self._targets(p.spec, g.cq, a)
             if targets:
                 victims = tuple(t.victim.spec.key for t in targets)
                 for t in targets:
@@ -438,6 +442,7 @@ class QuotaEngine:
         victim = t.victim
         vcq = victim.admission.cluster_queue
         self.evict(victim.spec.key, now)
+        self._preempted_in_pass.add(victim.spec.key)
         self.preemption_count += 1
         out.append(d.Preempted(victim.spec.key, vcq, preemptor, preemptor_cq, t.reason))
 
