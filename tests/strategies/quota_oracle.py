@@ -277,6 +277,7 @@ class HistoryRun:
     def follow(self, decisions: list[d.Decision], before: dict[str, dict[FR, int]], was: dict[str, str]) -> None:
         usage = {cq: dict(u) for cq, u in before.items()}
         batch: list[d.Preempted] = []
+        preempted: set[str] = set()
         for dec in decisions:
             job = self.jobs.get(dec.key)
             if job is None:
@@ -284,6 +285,10 @@ class HistoryRun:
             if isinstance(dec, d.Preempted):
                 if batch and batch[-1].preemptor != dec.preemptor:
                     raise violation(2, f"preemptions for {batch[-1].preemptor} not followed by its admission")
+                if dec.key in preempted:
+                    raise violation(3, f"{dec.key} preempted twice in one pass (by {dec.preemptor} this time): "
+                                       f"a preemption cycle, {len(decisions)} decisions in this pass")
+                preempted.add(dec.key)
                 batch.append(dec)
                 continue
             if isinstance(dec, d.Admitted):
