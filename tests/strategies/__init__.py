@@ -1,0 +1,1 @@
+"""Hypothesis strategies and independent oracles for the property-based tests."""
