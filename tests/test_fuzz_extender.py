@@ -134,7 +134,7 @@ async def client(tmp_path):
 async def test_a_thousand_hostile_bodies_per_verb(client):
     seeds = seed_documents()
     rng = random.Random(9)
-    bodies = {verb: mutated(rng, [wire(d) for d in docs], 1000) for verb, docs in seeds.items()}
+    bodies = {verb: mutated(rng, [wire(d) for d in docs], 600) for verb, docs in seeds.items()}
 
     async def round_() -> None:
         for verb, verb_bodies in bodies.items():
@@ -142,7 +142,7 @@ async def test_a_thousand_hostile_bodies_per_verb(client):
                 await client.answer(verb, body)
 
     grown = await memory_growth(round_)
-    assert grown < 2_000_000, f"memory grew by {grown} bytes over {3 * 1000} requests"
+    assert grown < 2_000_000, f"memory grew by {grown} bytes over {3 * 600} requests"
     assert statistics.median(client.latencies) < 0.05
     # still serving real requests correctly once the GPUs the fuzzed pods reserved are free again
     client.clock.now += 60
@@ -154,7 +154,7 @@ async def test_generated_values_in_any_field(client):
     seeds = seed_documents()
     cases: list[tuple[str, bytes]] = []
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.sampled_from(sorted(seeds)), st.data(), json_values)
     def collect(verb, data, value):
         doc = copy.deepcopy(data.draw(st.sampled_from(seeds[verb])))
@@ -187,7 +187,7 @@ def _names(n: int) -> list[str]:
     ("filter", lambda d: {**d, "NodeNames": None, "Nodes": {"items": [d["Nodes"]["items"][0]] * 3000}}
      if d.get("Nodes") else d),
     ("preempt", lambda d: {**d, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
-        n: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0} for n in _names(50_000)}}),
+        n: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0} for n in _names(20_000)}}),
     ("filter", lambda d: {**d, "Pod": {**d["Pod"], "metadata": {**d["Pod"]["metadata"], "name": "x" * 1_000_000}}}),
     ("filter", lambda d: {**d, "Pod": {**d["Pod"], "metadata": {**d["Pod"]["metadata"], "labels": _nested(900)}}}),
     ("prioritize", lambda d: {**d, "Pod": {**d["Pod"], "spec": {**d["Pod"]["spec"], "containers": [
