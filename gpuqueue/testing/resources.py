@@ -1,0 +1,111 @@
+"""The resource types the API server stand-in serves, and how each one is addressed.
+
+A `ResourceType` says where a kind lives on the REST path (`/api/v1` or `/apis/GROUP/VERSION`),
+whether it is namespaced, whether it has a `/status` subresource, and how Kubernetes encodes it:
+built-in types keep Go struct key order and list items carry no kind/apiVersion, custom resources
+are unstructured JSON (keys sorted) and list items carry kind/apiVersion (fixtures fact 19).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    status_subresource: bool = False
+    custom: bool = False  # a CustomResourceDefinition-served kind (unstructured JSON)
+    has_generation: bool = False  # metadata.generation maintained by the registry strategy
+    storage: str = ""  # several API versions of one kind share storage (events); defaults to plural.group
+    bookmark_skeleton: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_resource(self) -> str:
+        """`jobs.batch`, `clusterqueues.kueue.x-k8s.io`, `pods`: the name used in Status messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def group_kind(self) -> str:
+        """`Job.batch`: the name used in 422 Invalid messages."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    @property
+    def storage_key(self) -> str:
+        return self.storage or self.group_resource
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        p = self.prefix
+        if self.namespaced and namespace:
+            p += f"/namespaces/{namespace}"
+        p += f"/{self.plural}"
+        if name:
+            p += f"/{name}"
+        return p
+
+
+def _builtin(group: str, version: str, plural: str, kind: str, namespaced: bool, **kw) -> ResourceType:
+    return ResourceType(group, version, plural, kind, namespaced, **kw)
+
+
+def _kueue(plural: str, kind: str, namespaced: bool, status: bool = True) -> ResourceType:
+    return ResourceType("kueue.x-k8s.io", "v1beta2", plural, kind, namespaced,
+                        status_subresource=status, custom=True, has_generation=True)
+
+
+# Bookmark objects of built-in kinds are an empty object of that kind as Go encodes it: non-omitempty
+# fields show up as null/{} (fixtures jobs.watch.bookmarks.stream.jsonl, fact 21). Only the Job one is
+# recorded; the others follow the same encoding rule from the 1.24 type definitions.
+_TIME_NULL = {"creationTimestamp": None}
+JOB_BOOKMARK = {"spec": {"template": {"metadata": {"creationTimestamp": None}, "spec": {"containers": None}}},
+                "status": {}}
+POD_BOOKMARK = {"spec": {"containers": None}, "status": {}}
+
+NAMESPACES = _builtin("", "v1", "namespaces", "Namespace", False, status_subresource=True,
+                      bookmark_skeleton={"spec": {}, "status": {}})
+NODES = _builtin("", "v1", "nodes", "Node", False, status_subresource=True,
+                 bookmark_skeleton={"spec": {}, "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                                                           "nodeInfo": {}}})
+PODS = _builtin("", "v1", "pods", "Pod", True, status_subresource=True, bookmark_skeleton=POD_BOOKMARK)
+EVENTS = _builtin("", "v1", "events", "Event", True, storage="events",
+                  bookmark_skeleton={"involvedObject": {}, "source": {}, "firstTimestamp": None,
+                                     "lastTimestamp": None, "eventTime": None, "reportingComponent": "",
+                                     "reportingInstance": ""})
+JOBS = _builtin("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
+                bookmark_skeleton=JOB_BOOKMARK)
+LEASES = _builtin("coordination.k8s.io", "v1", "leases", "Lease", True, bookmark_skeleton={"spec": {}})
+EVENTS_V1 = _builtin("events.k8s.io", "v1", "events", "Event", True, storage="events",
+                     bookmark_skeleton={"eventTime": None, "regarding": {}, "deprecatedSource": {},
+                                        "deprecatedFirstTimestamp": None, "deprecatedLastTimestamp": None})
+PRIORITY_CLASSES = _builtin("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False,
+                            bookmark_skeleton={"value": 0})
+
+# Kueue's CRDs declare no status subresource for ResourceFlavor and WorkloadPriorityClass (they have
+# no status), so neither does the stand-in: /status on them is a 404 as on a real cluster.
+RESOURCE_FLAVORS = _kueue("resourceflavors", "ResourceFlavor", False, status=False)
+COHORTS = _kueue("cohorts", "Cohort", False)
+CLUSTER_QUEUES = _kueue("clusterqueues", "ClusterQueue", False)
+LOCAL_QUEUES = _kueue("localqueues", "LocalQueue", True)
+WORKLOADS = _kueue("workloads", "Workload", True)
+WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityClass", False, status=False)
+
+ALL: tuple[ResourceType, ...] = (
+    NAMESPACES, NODES, PODS, EVENTS, JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
+    RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
+)
+
+BY_PATH: dict[tuple[str, str, str], ResourceType] = {(r.group, r.version, r.plural): r for r in ALL}
+BY_STORAGE: dict[str, list[ResourceType]] = {}
+for _r in ALL:
+    BY_STORAGE.setdefault(_r.storage_key, []).append(_r)
