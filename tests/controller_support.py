@@ -133,10 +133,10 @@ class Harness:
         await self.client.close()
         await self.api.stop()
 
-    async def controller(self, options: Options = FAST, leader: bool = True, identity: str = "test") -> Controller:
+    async def controller(self, options: Options = FAST, identity: str = "test") -> Controller:
         ctl = Controller(client.ApiClient(self.api.client_configuration()), options, identity=identity)
         self.controllers.append(ctl)
-        await ctl.start(leader=leader)
+        await ctl.start()
         return ctl
 
     async def kill(self, ctl: Controller) -> None:

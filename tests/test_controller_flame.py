@@ -105,6 +105,9 @@ async def test_flame_borrow_reclaim_resume():
         assert h.observer.violations == []
         assert h.observer.checks > 20
         assert not h.api.internal_errors
-        reasons = {e["reason"] for e in h.api.cluster.store.kind("events").values()}
-        assert {"CreatedWorkload", "Started", "Preempted", "Resumed"} <= reasons
+        def reasons():
+            return {e["reason"] for e in h.api.cluster.store.kind("events").values()}
+
+        await eventually(lambda: {"CreatedWorkload", "Started", "Preempted", "Resumed"} <= reasons(),
+                         what="events on the Jobs")
         assert ctl.ready

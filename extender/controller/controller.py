@@ -19,6 +19,7 @@ from extender.controller import kinds as K
 from extender.controller import workload as W
 from extender.controller.actions import Actions
 from extender.controller.kubeapi import KubeApi
+from extender.controller.leader import LeaderElector
 from extender.controller.metrics import Metrics
 from extender.kube import Informer
 from extender.quota import convert
@@ -40,6 +41,12 @@ class Options:
     concurrency: int = 16
     watch_timeout: int = 300
     resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
+    leader_elect: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "gpuqueue-extender"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
     managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
 
 
@@ -80,18 +87,35 @@ class Controller:
         self.passes = 0
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self.elector: LeaderElector | None = None
+        self._elector_task: asyncio.Task | None = None
         self._wire_handlers()
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    async def start(self, leader: bool = True) -> None:
+    async def start(self) -> None:
+        """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
         self._tasks.append(asyncio.create_task(self.actions.status_loop(), name="controller:status"))
-        if leader:
+        o = self.options
+        if o.leader_elect:
+            self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
+                                         identity=self.identity, on_started=self.become_leader,
+                                         on_stopped=self.lose_leadership, lease_duration=o.lease_duration,
+                                         renew_deadline=o.renew_deadline, retry_period=o.retry_period)
+            self._elector_task = asyncio.create_task(self.elector.run(), name="controller:leader-election")
+        else:
             await self.become_leader()
 
     async def stop(self) -> None:
+        if self._elector_task is not None:
+            self._elector_task.cancel()
+            try:
+                await self._elector_task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._elector_task = None
         await self.actions.cancel_all()
         for t in self._tasks:
             t.cancel()
@@ -118,6 +142,7 @@ class Controller:
 
     async def become_leader(self) -> None:
         self.leader = True
+        self.metrics.leader.set(1)
         await self.wait_synced()
         if self.leader and not self.recovered:
             self._recover()
@@ -130,6 +155,7 @@ class Controller:
         """Stop writing at once; a new term starts from what the API holds."""
         self.leader = False
         self.recovered = False
+        self.metrics.leader.set(0)
         await self.actions.cancel_all()
         self.engine = None
         self.jobs.clear()

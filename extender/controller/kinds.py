@@ -3,10 +3,12 @@ kubernetes_asyncio list call its informer uses."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 
@@ -38,7 +40,8 @@ class Kind:
     def list_call(self, api: client.ApiClient) -> tuple[Callable, tuple[Any, ...]]:
         """The list function and positional arguments an Informer needs (all namespaces)."""
         if self.group == KUEUE_GROUP:
-            return client.CustomObjectsApi(api).list_cluster_custom_object, (self.group, self.version, self.plural)
+            return checked(client.CustomObjectsApi(api).list_cluster_custom_object), (
+                self.group, self.version, self.plural)
         calls = {
             "jobs": client.BatchV1Api(api).list_job_for_all_namespaces,
             "pods": client.CoreV1Api(api).list_pod_for_all_namespaces,
@@ -46,7 +49,25 @@ class Kind:
             "namespaces": client.CoreV1Api(api).list_namespace,
             "priorityclasses": client.SchedulingV1Api(api).list_priority_class,
         }
-        return calls[self.plural], ()
+        return checked(calls[self.plural]), ()
+
+
+def checked(list_func: Callable) -> Callable:
+    """kubernetes_asyncio raises nothing for an error status when `_preload_content=False`: a
+    failed list would read as an empty one (and empty the cache). Raise as a preloaded call would."""
+
+    @functools.wraps(list_func)
+    async def call(*args: Any, **kwargs: Any):
+        resp = await list_func(*args, **kwargs)
+        status = getattr(resp, "status", 200)
+        if kwargs.get("_preload_content") is False and not kwargs.get("watch") and not 200 <= status <= 299:
+            body = await resp.read()
+            exc = ApiException(status=status, reason=getattr(resp, "reason", ""))
+            exc.body = body.decode(errors="replace")
+            raise exc
+        return resp
+
+    return call
 
 
 def _kueue(plural: str, kind: str, namespaced: bool) -> Kind:

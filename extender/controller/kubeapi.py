@@ -35,6 +35,10 @@ class KubeApi:
                                                                           "Accept": JSON},
                 body=body, auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30)
             data = await resp.read()
+        if not 200 <= resp.status <= 299:  # not raised by the client when content is not preloaded
+            exc = ApiException(status=resp.status, reason=resp.reason)
+            exc.body = data.decode(errors="replace")
+            raise exc
         return orjson.loads(data) if data else {}
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict:
