@@ -46,7 +46,13 @@ class Actions:
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
 
     # -- plumbing ---------------------------------------------------------------------------------------
-    def _spawn(self, coro: Awaitable) -> asyncio.Task:
+    def _spawn(self, coro: Awaitable) -> asyncio.Future:
+        if not self.ctl.leader:  # a replica that no longer leads must not write, not even late
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            fut = asyncio.get_running_loop().create_future()
+            fut.cancel()
+            return fut
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -106,15 +112,14 @@ class Actions:
             self._waiters.pop(uid, None)
 
     async def cancel_all(self) -> None:
-        tasks = list(self._background)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except BaseException:  # noqa: BLE001
-                pass
+        """Cancel every write under way (the caller has stopped leading, so none starts anew)."""
+        while self._background:
+            tasks = list(self._background)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         self._chains.clear()
+        self._created.clear()
         for fut in self._releases.values():
             if not fut.done():
                 fut.cancel()

@@ -116,6 +116,7 @@ class Controller:
             except (asyncio.CancelledError, Exception):
                 pass
             self._elector_task = None
+        self.leader = False
         await self.actions.cancel_all()
         for t in self._tasks:
             t.cancel()
