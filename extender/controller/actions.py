@@ -135,7 +135,11 @@ class Actions:
         return self.ctl.informers["jobs"].get(st.key)
 
     def workload(self, st: "JobState") -> dict | None:
-        return self.ctl.informers["workloads"].get(f"{st.namespace}/{st.wl_name}")
+        """The cached Workload; until the watch brings it, the one our create returned."""
+        cached = self.ctl.informers["workloads"].get(f"{st.namespace}/{st.wl_name}")
+        if cached is None and st.wl_created is not None:
+            return st.wl_created
+        return cached
 
     async def _update(self, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
                       change: Callable[[dict], dict | None], subresource: str | None = None) -> dict | None:
@@ -268,6 +272,7 @@ class Actions:
                     return  # namespace gone
                 raise
             st.wl_uid = created["metadata"].get("uid", "")
+            st.wl_created = created
             self.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
 
         task = self.chain(st.key, create)

@@ -59,6 +59,7 @@ class JobState:
     wl_name: str
     created: float  # creationTimestamp, seconds
     wl_uid: str = ""
+    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
     phase: str = "pending"  # pending | admitted | evicting | blocked | finished
     refusals: int = 0  # how often the API refused the pod template admission needed
 
