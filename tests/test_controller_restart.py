@@ -44,7 +44,7 @@ def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) -> None:
     assert h.observer.violations == []
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_killed_at_a_random_point_and_restarted(seed):
     rng = random.Random(seed)
     objects, jobs, later = scenario("flame.yaml")

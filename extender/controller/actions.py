@@ -43,6 +43,7 @@ class Actions:
         self._waiters: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task] = set()
         self.status_dirty = True
+        self._event_budget = Budget(ctl.options.event_qps, ctl.options.event_burst)
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
 
     # -- plumbing ---------------------------------------------------------------------------------------
@@ -181,7 +182,12 @@ class Actions:
             raise
 
     def event(self, st: "JobState", reason: str, message: str, type_: str = "Normal") -> None:
-        """A Kubernetes Event on the Job; best effort, never in the way of a decision."""
+        """A Kubernetes Event on the Job; best effort, never in the way of a decision. Events have
+        a budget of their own (like client-go's event spam filter): in a burst the surplus is
+        dropped and counted, so events never take the API's capacity from admissions."""
+        if not self._event_budget.take():
+            self.ctl.metrics.events_dropped.inc()
+            return
         now = W.now_rfc3339()
         body = {
             "metadata": {"generateName": f"{st.name}.", "namespace": st.namespace},
@@ -534,6 +540,23 @@ class Actions:
         except Exception as exc:  # noqa: BLE001
             if not is_status(exc, 404):
                 raise
+
+
+class Budget:
+    """A token bucket that never waits: take() says whether there is a token now."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.updated = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 async def _retrying(make: Callable[[], Awaitable], key: str) -> None:

@@ -40,6 +40,8 @@ class Options:
     burst: int = 200
     concurrency: int = 16
     watch_timeout: int = 300
+    event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
+    event_burst: int = 100
     resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
     leader_elect: bool = False
     lease_namespace: str = "kube-system"

@@ -34,6 +34,8 @@ class Metrics:
                                    ["preempting_cluster_queue", "reason"], registry=r)
         self.pass_duration = Histogram("gpuqueue_admission_pass_duration_seconds", "Duration of a scheduling pass",
                                        registry=r)
+        self.events_dropped = Counter("gpuqueue_events_dropped", "Kubernetes Events not sent (over budget)",
+                                      registry=r)
         self.leader = Gauge("gpuqueue_leader", "1 while this replica is the leader", registry=r)
 
     def update(self, engine: "QuotaEngine", counts: "QueueCounts") -> None:
