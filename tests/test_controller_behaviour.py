@@ -217,3 +217,45 @@ def _key(job: dict) -> tuple[str, str]:
 
 
 
+
+
+async def test_workload_deleted_by_hand_is_recreated_and_the_job_requeued():
+    objects, jobs, _ = scenario("together-quota.yaml")
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        await h.controller()
+        await h.submit(jobs[0])
+        await eventually(lambda: h.running("default", "gpu-job-a"), what="admitted")
+        old = h.workload_of("default", "gpu-job-a")
+        await h.kube.delete(K.WORKLOADS, "default", old["metadata"]["name"])
+        await eventually(lambda: (h.workload_of("default", "gpu-job-a") or {}).get("metadata", {}).get("uid")
+                         not in (None, old["metadata"]["uid"]) and h.running("default", "gpu-job-a")
+                         and W.is_true(h.workload_of("default", "gpu-job-a"), "QuotaReserved"),
+                         what="a new Workload, admitted again")
+        assert h.observer.violations == []
+
+
+async def test_hold_and_drain_evicts_and_requeues():
+    objects, jobs, _ = scenario("together-quota.yaml")
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        await h.controller()
+        await h.submit(jobs[0])
+        await eventually(lambda: h.running("default", "gpu-job-a"), what="admitted")
+        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "gpu-cluster-queue")
+        cq["spec"]["stopPolicy"] = "HoldAndDrain"
+        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await eventually(lambda: W.is_true(h.workload_of("default", "gpu-job-a"), "Requeued"), what="drained")
+        wl = h.workload_of("default", "gpu-job-a")
+        evicted = W.condition(wl, "Evicted")
+        assert (evicted["status"], evicted["reason"]) == ("True", "ClusterQueueStopped")
+        assert W.condition(wl, "Preempted") is None
+        assert h.job("default", "gpu-job-a")["spec"]["suspend"] is True
+        await eventually(lambda: (W.condition(h.cluster_queue("gpu-cluster-queue"), "Active") or {}).get(
+            "reason") == "Stopped", what="queue says it is stopped")
+        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "gpu-cluster-queue")
+        cq["spec"]["stopPolicy"] = "None"
+        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await eventually(lambda: h.running("default", "gpu-job-a"), what="resumed when the queue runs again")

@@ -383,9 +383,19 @@ class Actions:
         self.chain(st.key, write)
 
     def suspend_unadmitted(self, st: "JobState") -> None:
+        """A managed Job running without a reservation (created unsuspended with no webhook in
+        front, or its Workload deleted): suspend it; its pods count until they are gone."""
+        rid, _ = self.release()
+
         async def write():
-            if st.phase in ("pending", "blocked"):
-                await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
+            try:
+                if st.phase in ("pending", "blocked"):
+                    changed = await self._update_job(
+                        st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
+                    if changed is not None:
+                        await self._wait_until(st.uid, lambda: self._stopped(st))
+            finally:
+                self.released(rid)
 
         self.chain(st.key, write)
 

@@ -178,6 +178,7 @@ class Controller:
             on(kind.name, functools.partial(self._on_spec_object, kind.kind),
                functools.partial(self._on_spec_delete, kind.kind))
         on("jobs", self._on_job, self._on_job_delete)
+        self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
         on("pods", self._on_pod, self._on_pod_delete)
 
     def _on_namespace(self, obj: dict) -> None:
@@ -266,6 +267,21 @@ class Controller:
             return
         self._forget(st)
         self.actions.delete_workload(st)
+        self.mark_dirty()
+
+    def _on_workload_delete(self, wl: dict) -> None:
+        """Someone deleted the Workload of a live Job: as Kueue does, stop the Job and queue it
+        again with a new Workload."""
+        if not self.recovered:
+            return
+        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{_owner_job(wl)}")
+        if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
+            return
+        job = self.informers["jobs"].get(st.key)
+        self._forget(st)
+        if job is not None and job["metadata"]["uid"] == st.uid:
+            log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
+            self._on_job(job)
         self.mark_dirty()
 
     def _on_pod(self, pod: dict) -> None:
@@ -425,6 +441,13 @@ def W_key(obj: dict) -> str:
     meta = obj["metadata"]
     ns = meta.get("namespace")
     return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+
+def _owner_job(obj: dict) -> str:
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if ref.get("kind") == "Job" and ref.get("controller"):
+            return ref.get("name", "")
+    return ""
 
 
 _SPEC_KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
