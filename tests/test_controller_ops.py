@@ -99,3 +99,62 @@ def test_extender_command_requires_certificates(capsys):
     assert main(["extender", "--kubeconfig", "/nonexistent"]) == 2
     assert "--cert-dir is required" in capsys.readouterr().err
     assert main(["explain", "no-slash"]) == 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_gpuqueue_extender_process_runs_against_a_kubeconfig_and_stops_on_sigterm(tmp_path):
+    import asyncio
+    import os
+    import signal
+    import sys
+
+    import yaml
+
+    objects, jobs, _ = scenario("together-quota.yaml")
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+            "clusters": [{"name": "standin", "cluster": {"server": h.api.url}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "u"}}]}))
+        ops_port, ext_port = _free_port(), _free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpuqueue", "extender", "--kubeconfig", str(kubeconfig), "--insecure-http",
+            "--host", "127.0.0.1", "--port", str(ext_port), "--metrics-port", str(ops_port), "--leader-elect",
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        try:
+            async with aiohttp.ClientSession() as http:
+                async def ready() -> bool:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{ops_port}/readyz") as r:
+                            return r.status == 200 and "leader" in await r.text()
+                    except aiohttp.ClientError:
+                        return False
+
+                for _ in range(200):
+                    if await ready():
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the extender never became ready")
+                await h.submit(jobs[0])
+                await eventually(lambda: h.running("default", "gpu-job-a"), timeout=10, what="admitted by the process")
+                async with http.post(f"http://127.0.0.1:{ext_port}/filter", data=b"not json") as r:
+                    assert r.status == 200 and (await r.json())["Error"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.wait_for(proc.communicate(), 10)
+        assert proc.returncode == 0, out.decode()[-2000:]
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
