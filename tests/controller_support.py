@@ -66,11 +66,13 @@ class QuotaObserver:
         cohorts = {o["metadata"]["name"]: o for o in self._objects(R.COHORTS)}
         usage: dict[str, dict[tuple[str, str], int]] = {}
         reserved = 0
+        names = []
         for wl in self._objects(R.WORKLOADS):
             adm = (wl.get("status") or {}).get("admission")
             if not adm or not W.is_true(wl, "QuotaReserved") or W.is_true(wl, "Finished"):
                 continue
             reserved += 1
+            names.append(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}")
             for fr, v in W.admission_from_status(adm).usage.items():
                 u = usage.setdefault(adm["clusterQueue"], {})
                 u[fr] = u.get(fr, 0) + v
@@ -96,7 +98,8 @@ class QuotaObserver:
             for fr, (used, cap) in tree.items():
                 cap += own.get(fr, (0, None))[0]
                 if used > cap:
-                    self.violations.append(f"rv {write.rv}: cohort {cohort} uses {used} of {fr}, capacity {cap}")
+                    self.violations.append(f"rv {write.rv}: cohort {cohort} uses {used} of {fr}, capacity {cap} "
+                                           f"({', '.join(sorted(names))})")
 
 
 def _quotas(obj: dict) -> dict[tuple[str, str], tuple[int, int | None]]:
@@ -157,6 +160,18 @@ class Harness:
             created = await self.kube.replace(kind, created, "status")
         return created
 
+    async def edit(self, kind, namespace: str | None, name: str, fn) -> dict:
+        """Read-modify-write as a user would with kubectl edit, retried on conflict (the
+        controller writes status concurrently)."""
+        from extender.kube import retry_on_conflict
+
+        def change(obj):
+            fn(obj)
+            return obj
+
+        return await retry_on_conflict(lambda: self.kube.get(kind, namespace, name), change,
+                                       lambda body: self.kube.replace(kind, body), attempts=10)
+
     async def namespace(self, name: str) -> None:
         if name not in self.queues.namespaces:
             self.queues.namespaces[name] = {"kubernetes.io/metadata.name": name}
@@ -193,9 +208,13 @@ class Harness:
         job = self.job(ns, name)
         return job is not None and not job["spec"].get("suspend")
 
-    def finish_job(self, ns: str, name: str) -> None:
-        assert self.api.job_controller is not None
-        assert self.api.job_controller.succeed_pods(ns, name) > 0, f"{ns}/{name} has no running pod"
+    async def finish_job(self, ns: str, name: str) -> None:
+        """Its pods succeed (the kubelet's part); waits for the job controller to have made them."""
+        jc = self.api.job_controller
+        assert jc is not None
+        done = []
+        await eventually(lambda: done.append(jc.succeed_pods(ns, name)) or sum(done) > 0,
+                         what=f"{ns}/{name} has a running pod")
 
 
 def job_key(obj: dict) -> tuple[str, str]:

@@ -133,9 +133,8 @@ async def test_preempted_job_gets_its_template_back_where_kubernetes_allows_it()
         assert "nodeSelector" not in job["spec"]["template"]["spec"]
         assert W.ORIGINAL_SCHEDULING_ANNOTATION not in (job["metadata"].get("annotations") or {})
         # room in the other pool: it is admitted there, with that pool's selector
-        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "q")
-        cq["spec"]["resourceGroups"][0]["flavors"][1]["resources"][0]["nominalQuota"] = 1
-        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await h.edit(K.CLUSTER_QUEUES, None, "q", lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][1][
+            "resources"][0].update(nominalQuota=1))
         await eventually(lambda: h.running("ml", "low"), what="low admitted to pool-2")
         assert h.job("ml", "low")["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "2"}
         assert h.observer.violations == []
@@ -148,9 +147,8 @@ async def test_on_1_24_a_started_job_cannot_move_flavor_and_waits_with_a_clear_m
         ctl = await h.controller()
         await _preempt_low(h)
         assert h.job("ml", "low")["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "1"}  # restore refused
-        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "q")
-        cq["spec"]["resourceGroups"][0]["flavors"][1]["resources"][0]["nominalQuota"] = 1
-        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await h.edit(K.CLUSTER_QUEUES, None, "q", lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][1][
+            "resources"][0].update(nominalQuota=1))
         # the engine picks pool-2; the API refuses the template change; the Job stays, suspended, and says why
         await eventually(lambda: "ml/low" in ctl.actions.refused, what="refusal seen")
         await eventually(lambda: "pool" in (W.condition(h.workload_of("ml", "low"), "QuotaReserved") or {}).get(
@@ -163,7 +161,7 @@ async def test_on_1_24_a_started_job_cannot_move_flavor_and_waits_with_a_clear_m
         assert job["spec"]["suspend"] is True and job["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "1"}
         assert "admission" not in h.workload_of("ml", "low")["status"]
         # its pool frees up: it runs again there
-        h.finish_job("ml", "high")
+        await h.finish_job("ml", "high")
         await eventually(lambda: h.running("ml", "low"), what="low back on pool-1")
         assert h.job("ml", "low")["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "1"}
         assert h.observer.violations == []
@@ -244,9 +242,7 @@ async def test_hold_and_drain_evicts_and_requeues():
         await h.controller()
         await h.submit(jobs[0])
         await eventually(lambda: h.running("default", "gpu-job-a"), what="admitted")
-        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "gpu-cluster-queue")
-        cq["spec"]["stopPolicy"] = "HoldAndDrain"
-        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await h.edit(K.CLUSTER_QUEUES, None, "gpu-cluster-queue", lambda cq: cq["spec"].update(stopPolicy="HoldAndDrain"))
         await eventually(lambda: W.is_true(h.workload_of("default", "gpu-job-a"), "Requeued"), what="drained")
         wl = h.workload_of("default", "gpu-job-a")
         evicted = W.condition(wl, "Evicted")
@@ -255,7 +251,5 @@ async def test_hold_and_drain_evicts_and_requeues():
         assert h.job("default", "gpu-job-a")["spec"]["suspend"] is True
         await eventually(lambda: (W.condition(h.cluster_queue("gpu-cluster-queue"), "Active") or {}).get(
             "reason") == "Stopped", what="queue says it is stopped")
-        cq = await h.kube.get(K.CLUSTER_QUEUES, None, "gpu-cluster-queue")
-        cq["spec"]["stopPolicy"] = "None"
-        await h.kube.replace(K.CLUSTER_QUEUES, cq)
+        await h.edit(K.CLUSTER_QUEUES, None, "gpu-cluster-queue", lambda cq: cq["spec"].update(stopPolicy="None"))
         await eventually(lambda: h.running("default", "gpu-job-a"), what="resumed when the queue runs again")

@@ -90,7 +90,7 @@ async def test_flame_borrow_reclaim_resume():
 
         # 3. A's jobs complete: C's two requeued jobs come back by themselves
         for ns, name in a_jobs:
-            h.finish_job(ns, name)
+            await h.finish_job(ns, name)
         await eventually(lambda: all(W.is_true(h.workload_of(*k), "Finished") for k in a_jobs),
                          what="A's workloads finished")
         await eventually(lambda: all(h.running(*k) for k in c_keys), what="C's jobs resumed")

@@ -27,7 +27,7 @@ async def flame_flow(h: Harness, jobs: list[dict], later: list[dict], timeout: f
     await eventually(lambda: all(h.running(*k) for k in a_keys), timeout, "reclaim phase")
     await eventually(lambda: sum(not h.running(*k) for k in keys if k[0] == "team-c") == 2, timeout, "2 of C out")
     for k in a_keys:
-        h.finish_job(*k)
+        await h.finish_job(*k)
     await eventually(lambda: all(h.running(*k) for k in keys), timeout, "resume phase")
 
 

@@ -59,24 +59,40 @@ class Actions:
         task.add_done_callback(self._background.discard)
         return task
 
-    def chain(self, key: str, make: Callable[[], Awaitable]) -> asyncio.Future:
-        """Run make() after every earlier write for this key has ended (whatever its outcome)."""
+    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None) -> asyncio.Future:
+        """Run make() after every earlier write for this key has ended (whatever its outcome).
+
+        `release`: a release (see release()) this write carries out. It is marked done when the
+        write succeeds - or, after every retry failed, given up (logged) so that nothing waits
+        forever - but never when the write is cancelled (this replica stopped leading): then the
+        release is abandoned, and whatever waits on it does not write either."""
         prev = self._chains.get(key)
 
         async def run():
-            if prev is not None and not prev.done():
-                try:
-                    await asyncio.shield(prev)
-                except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
-                    pass
             try:
-                await _retrying(make, key)
+                if prev is not None and not prev.done():
+                    try:
+                        await asyncio.shield(prev)
+                    except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
+                        pass
+                try:
+                    await _retrying(make, key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001
+                    log.exception("giving up on a write for %s", key)
             except asyncio.CancelledError:
+                if release is not None:
+                    self.abandon(release)
                 raise
-            except Exception:  # noqa: BLE001
-                log.exception("giving up on a write for %s", key)
+            if release is not None:
+                self.released(release)
 
         task = self._spawn(run())
+        if task.done():  # refused: this replica does not lead
+            if release is not None:
+                self.abandon(release)
+            return task
         self._chains[key] = task
         task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
         return task
@@ -91,6 +107,11 @@ class Actions:
         fut = self._releases.pop(rid, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def abandon(self, rid: int) -> None:
+        fut = self._releases.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.cancel()
 
     def barrier(self) -> list[asyncio.Future]:
         return [f for f in self._releases.values() if not f.done()]
@@ -317,8 +338,10 @@ class Actions:
 
         async def write():
             if barrier:
-                await asyncio.gather(*barrier, return_exceptions=True)
-            if self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
+                results = await asyncio.gather(*barrier, return_exceptions=True)
+                if any(isinstance(r, BaseException) for r in results):
+                    return  # a release was abandoned: this replica is stopping, the next one decides
+            if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
             wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
             if wrote is None and self.workload(st) is None:
@@ -351,19 +374,20 @@ class Actions:
         self.refused.append(st.key)
         engine = self.ctl.engine
         rid, _ = self.release()
-        try:
-            if engine is not None:
-                engine.finish(st.key)
-            st.phase = "blocked"
-            st.refusals += 1
-            flavors = ", ".join(sorted(set(admission.flavors_of(W.MAIN).values())))
-            message = (f"couldn't admit to flavor {flavors}: the API refused the change of the Job's pod template "
-                       f"(its nodeSelector and tolerations may change only while it is suspended and has never "
-                       f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")
+        if engine is not None:
+            engine.finish(st.key)
+        st.phase = "blocked"
+        st.refusals += 1
+        flavors = ", ".join(sorted(set(admission.flavors_of(W.MAIN).values())))
+        message = (f"couldn't admit to flavor {flavors}: the API refused the change of the Job's pod template "
+                   f"(its nodeSelector and tolerations may change only while it is suspended and has never "
+                   f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")
+
+        async def give_back():
             await self._update_workload(st, lambda wl: _unreserve(wl, "Pending", message))
             self.event(st, "AdmissionRefused", message, "Warning")
-        finally:
-            self.released(rid)
+
+        self.chain(st.key, give_back, release=rid)
         delay = min(60.0, self.ctl.options.resubmit_backoff * (2 ** (st.refusals - 1)))
         asyncio.get_running_loop().call_later(delay, self.ctl.resubmit, st)
         self.ctl.mark_dirty()
@@ -388,16 +412,13 @@ class Actions:
         rid, _ = self.release()
 
         async def write():
-            try:
-                if st.phase in ("pending", "blocked"):
-                    changed = await self._update_job(
-                        st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
-                    if changed is not None:
-                        await self._wait_until(st.uid, lambda: self._stopped(st))
-            finally:
-                self.released(rid)
+            if st.phase in ("pending", "blocked"):
+                changed = await self._update_job(
+                    st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
+                if changed is not None:
+                    await self._wait_until(st.uid, lambda: self._stopped(st))
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, release=rid)
 
     def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None) -> None:
@@ -420,15 +441,13 @@ class Actions:
 
         async def write():
             nonlocal message
-            try:
-                message = await make_message()
-                await self._update_workload(st, mark)
+            message = await make_message()
+            marked = await self._update_workload(st, mark)
+            if marked is not None:
                 self.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
-                await self._complete_eviction(st, reason, message)
-            finally:
-                self.released(rid)
+            await self._complete_eviction(st, reason, message)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, release=rid)
 
     def resume_eviction(self, st: "JobState") -> None:
         st.phase = "evicting"
@@ -437,12 +456,9 @@ class Actions:
         c = W.condition(wl, "Evicted") or {}
 
         async def write():
-            try:
-                await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""))
-            finally:
-                self.released(rid)
+            await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""))
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, release=rid)
 
     async def _complete_eviction(self, st: "JobState", reason: str, message: str) -> None:
         await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
@@ -482,12 +498,9 @@ class Actions:
             return wl
 
         async def write():
-            try:
-                await self._update_workload(st, change)
-            finally:
-                self.released(rid)
+            await self._update_workload(st, change)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, release=rid)
 
     def delete_workload(self, st: "JobState") -> None:
         """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
@@ -495,12 +508,9 @@ class Actions:
         rid, _ = self.release()
 
         async def write():
-            try:
-                await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
-            finally:
-                self.released(rid)
+            await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, release=rid)
 
     # -- ClusterQueue and LocalQueue status ---------------------------------------------------------------
     async def status_loop(self) -> None:
