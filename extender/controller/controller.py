@@ -92,6 +92,7 @@ class Controller:
         self._tasks: list[asyncio.Task] = []
         self.elector: LeaderElector | None = None
         self._elector_task: asyncio.Task | None = None
+        self._leading_task: asyncio.Task | None = None
         self._wire_handlers()
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ class Controller:
         o = self.options
         if o.leader_elect:
             self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
-                                         identity=self.identity, on_started=self.become_leader,
+                                         identity=self.identity, on_started=self._lead_soon,
                                          on_stopped=self.lose_leadership, lease_duration=o.lease_duration,
                                          renew_deadline=o.renew_deadline, retry_period=o.retry_period)
             self._elector_task = asyncio.create_task(self.elector.run(), name="controller:leader-election")
@@ -120,6 +121,8 @@ class Controller:
                 pass
             self._elector_task = None
         self.leader = False
+        if self._leading_task is not None and not self._leading_task.done():
+            self._leading_task.cancel()
         await self.actions.cancel_all()
         for t in self._tasks:
             t.cancel()
@@ -144,6 +147,11 @@ class Controller:
     async def wait_synced(self) -> None:
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
 
+    async def _lead_soon(self) -> None:
+        """From the elector: start leading in a task of its own, so that waiting for the caches
+        never holds up the Lease renewals."""
+        self._leading_task = asyncio.create_task(self.become_leader(), name="controller:become-leader")
+
     async def become_leader(self) -> None:
         self.leader = True
         self.metrics.leader.set(1)
@@ -160,6 +168,8 @@ class Controller:
         self.leader = False
         self.recovered = False
         self.metrics.leader.set(0)
+        if self._leading_task is not None and not self._leading_task.done():
+            self._leading_task.cancel()
         await self.actions.cancel_all()
         self.engine = None
         self.jobs.clear()
