@@ -20,7 +20,6 @@ import contextlib
 import copy
 import dataclasses
 import multiprocessing as mp
-import statistics
 import sys
 import time
 from pathlib import Path
