@@ -38,6 +38,7 @@ class Actions:
         self.kube = ctl.kube
         self._chains: dict[str, asyncio.Future] = {}
         self._created: dict[str, asyncio.Future] = {}
+        self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
         self._releases: dict[int, asyncio.Future] = {}
         self._release_seq = 0
         self._waiters: dict[str, asyncio.Event] = {}
@@ -142,6 +143,7 @@ class Actions:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._chains.clear()
         self._created.clear()
+        self.evicting.clear()
         for fut in self._releases.values():
             if not fut.done():
                 fut.cancel()
@@ -423,6 +425,7 @@ class Actions:
     def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None) -> None:
         st.phase = "evicting"
+        self._note_evicting(st)
         rid, _ = self.release()
         message = ""
 
@@ -449,8 +452,17 @@ class Actions:
 
         self.chain(st.key, write, release=rid)
 
+    def _note_evicting(self, st: "JobState") -> None:
+        adm = ((self.workload(st) or {}).get("status") or {}).get("admission")
+        if adm:
+            try:
+                self.evicting[st.key] = W.admission_from_status(adm)
+            except (KeyError, ValueError):
+                pass
+
     def resume_eviction(self, st: "JobState") -> None:
         st.phase = "evicting"
+        self._note_evicting(st)
         rid, _ = self.release()
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
@@ -472,6 +484,8 @@ class Actions:
             # come back on the same flavor (its nodeSelector says so to the engine).
             log.info("%s keeps its admitted pod template (the API refused the restore)", st.key)
         await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
+        self.evicting.pop(st.key, None)
+        self.status_dirty = True
         if st.phase == "evicting":
             st.phase = "pending"
 
@@ -530,7 +544,7 @@ class Actions:
     async def write_queue_status(self) -> None:
         engine = self.ctl.engine
         assert engine is not None
-        counts = queue_counts(engine)
+        counts = queue_counts(engine, self.evicting)
         self.ctl.metrics.update(engine, counts)
         writes = []
         for cq in self.ctl.informers["clusterqueues"].list():

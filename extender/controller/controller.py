@@ -366,6 +366,7 @@ class Controller:
     def _forget(self, st: JobState) -> None:
         if self.engine is not None:
             self.engine.delete(st.key)
+        self.actions.evicting.pop(st.key, None)
         self.jobs.pop(st.key, None)
         st.phase = "finished"
 

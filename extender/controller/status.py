@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from extender.controller import workload as W
 from extender.quota.engine import QuotaEngine
+from extender.quota.model import Admission
 from gpuqueue.api.quantity import format_engine_int
 
 
@@ -22,10 +24,22 @@ class QueueCounts:
     lq: dict[str, Counts]  # namespace/name
 
 
-def queue_counts(engine: QuotaEngine) -> QueueCounts:
+def queue_counts(engine: QuotaEngine, evicting: Mapping[str, Admission] | None = None) -> QueueCounts:
+    """Per ClusterQueue and LocalQueue: pending and reserving workloads and the quota they use.
+    `evicting`: victims whose pods are not gone yet; the engine has requeued them, but their
+    reservation still stands in the API, so they count as reserving (as in Kueue)."""
+    evicting = evicting or {}
     cqs: dict[str, Counts] = {}
     lqs: dict[str, Counts] = {}
     for p in engine.pending.values():
+        if p.spec.key in evicting:
+            a = evicting[p.spec.key]
+            for target in (cqs.setdefault(a.cluster_queue, Counts()),
+                           lqs.setdefault(f"{p.spec.namespace}/{p.spec.queue_name}", Counts())):
+                target.reserving += 1
+                for fr, v in a.usage.items():
+                    target.usage[fr] = target.usage.get(fr, 0) + v
+            continue
         lq_key = f"{p.spec.namespace}/{p.spec.queue_name}"
         lqs.setdefault(lq_key, Counts()).pending += 1
         lq = engine.state.local_queues.get(lq_key)
