@@ -9,6 +9,8 @@ taint mismatch is *unresolvable* (preempting pods would not help); a shortage is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
@@ -55,11 +57,12 @@ def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> F
     reservation is judged on its own (its GPUs do not count against it)."""
     prof = cache.fit_profile(pod.flavor, pod.gpus, pod.all_tolerations)
     fits = prof.fits
-    passed = [n for n in names if n in fits]
+    flags = list(map(fits.__contains__, names))  # the one lookup per candidate
+    passed = list(compress(names, flags))
     out = FilterResult(passed)
     if len(passed) == len(names):
         return out
-    rest = [n for n in names if n not in fits]
+    rest = list(compress(names, map(not_, flags)))
     pf, pu, members = prof.failed, prof.unresolvable, prof.members
     hit = [n for n in rest if n in pf]
     failed = out.failed = dict(zip(hit, map(pf.__getitem__, hit)))

@@ -13,6 +13,7 @@ per-need ScoreProfile instead of computing it node by node.
 from __future__ import annotations
 
 from itertools import compress, repeat
+from operator import itemgetter
 from typing import Iterable, Mapping
 
 from extender.placement.cache import NodeCache, NodeState
@@ -69,24 +70,33 @@ def rank_values(pod: PodRequest, names: list[str], cache: NodeCache) -> list[flo
     return [_value(pod, name, states.get(name, _EMPTY), own_node, own_gpus, domains) for name in names]
 
 
+_NOT_CACHED = (0, 0, 0, None)  # a node the cache lacks: no GPUs, no pods, no domain
+
+
 def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache) -> list[int]:
     """``extender_score`` of each candidate's rank value, in order, read from the cache's
-    ScoreProfile: the bonuses touch only the Job's nodes and domains, and the node holding the
-    pod's own reservation is scored on its own."""
+    ScoreProfile with one lookup per candidate; the same-node bonus touches only the Job's
+    nodes, and the node holding the pod's own reservation is scored on its own."""
     cache.expire()
     prof = cache.score_profile(pod.gpus)
-    scores = list(map(prof.plain.get, names, repeat(0)))  # a node the cache lacks scores 0
+    codes = list(map(prof.codes.get, names, repeat(_NOT_CACHED)))
     own_node, own_gpus, domains = _job_context(pod, cache)
     job = pod.job_key
+    if job is not None and domains:
+        scores = [c[2] if c[3] in domains else c[0] for c in codes]
+    else:
+        scores = list(map(itemgetter(0), codes))
     special: dict[str, int] = {}
     if job is not None:
-        if domains:
-            hit = list(compress(names, map(domains.__contains__, map(cache.domain_of.get, names))))
-            special.update(zip(hit, map(prof.same_domain.__getitem__, hit)))
         job_nodes = cache.job_nodes(job)
         if job_nodes:
-            hit = list(compress(names, map(job_nodes.__contains__, names)))
-            special.update(zip(hit, map(prof.same_node.__getitem__, hit)))
+            if len(job_nodes) < len(names):
+                present = set(names)
+                hit = [n for n in job_nodes if n in present]
+            else:
+                hit = list(compress(names, map(job_nodes.__contains__, names)))
+            codes_of = prof.codes
+            special = {n: codes_of[n][1] for n in hit}
     if own_node is not None and own_node in cache.states:
         special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
     if special:
