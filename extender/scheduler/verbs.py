@@ -13,7 +13,7 @@ from extender.placement.preemption import NodeVictims, veto
 from extender.placement.score import extender_scores
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
 from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, encode_host_priorities,
-                                     filter_error, filter_result, host_priorities, preemption_result)
+                                     filter_error, filter_result, preemption_result)
 
 log = logging.getLogger("gpuqueue.extender")
 
