@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_webhook(sub)
     add_certs(sub)
+    from extender.command import add_parser as add_extender
+
+    add_extender(sub)
     return parser
 
 

@@ -1,11 +1,13 @@
-"""Hypothesis profiles: "ci" (the default: the whole suite stays fast) and "long" (the
-100,000-history run of docs/reliability.md), chosen with HYPOTHESIS_PROFILE."""
+"""Hypothesis profiles, chosen with HYPOTHESIS_PROFILE: "ci" (the default) keeps the property
+tests to about a minute and reports a failing example unshrunk (shrinking these histories can
+take minutes; tests/strategies/reduce.py or the long profile does it); "long" runs 100,000
+histories per property test and shrinks. See docs/reliability.md."""
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
-settings.register_profile("ci", deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("long", parent=settings.get_profile("ci"), max_examples=100_000)
+_common = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=600, phases=[Phase.explicit, Phase.reuse, Phase.generate], **_common)
+settings.register_profile("long", max_examples=100_000, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

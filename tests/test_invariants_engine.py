@@ -10,35 +10,18 @@ waits. Budgets: the "ci" profile (default) runs in well under a minute; the "lon
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 
 from tests.strategies.quota_oracle import run_history
+
 from tests.strategies.quota_world import contended_worlds, histories, workload_operations, worlds
 
-CI_EXAMPLES = {"random": 600, "contended": 600}
 
-
-def _budget(name: str):
-    """The ci profile's example count for this test; other profiles decide for themselves."""
-    profile = settings()
-    if profile.max_examples == settings.get_profile("ci").max_examples and _ci():
-        return settings(max_examples=CI_EXAMPLES[name])
-    return settings()
-
-
-def _ci() -> bool:
-    import os
-
-    return os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci"
-
-
-@_budget("random")
 @given(worlds(), histories())
 def test_invariants_hold_on_random_quota_trees_and_histories(world, history):
     run_history(world, history)
 
 
-@_budget("contended")
 @given(contended_worlds(), histories(ops=workload_operations()))
 def test_invariants_hold_under_contention_in_one_cohort(world, history):
     run_history(world, history)

@@ -37,3 +37,51 @@ def test_no_preemption_cycle_between_fair_sharing_and_borrow_within_cohort():
         Submit(queue=5, ns=1, priority=0, count=1, cpu=1, gpu=1, copies=1),
     ]
     run_history(world, history)
+
+
+@pytest.mark.xfail(strict=True, raises=InvariantViolation,
+                   reason="engine bug: withinClusterQueue LowerOrNewerEqualPriority compares creation times, so a "
+                          "just-preempted workload preempts its equal-priority peers in a cascade within one pass")
+def test_no_cascade_of_equal_priority_preemptions_within_a_cluster_queue():
+    # Four priority-0 workloads run in cq-1 (two cpu flavors). Two priority-1 ones arrive and
+    # preempt three of them. The victims, requeued at their eviction time, are still "older" by
+    # creation time than the priority-0 workloads left running, so each preempts a newer
+    # equal-priority one (LowerOrNewerEqualPriority), which preempts the next: job-2 and job-1
+    # are each preempted twice in one pass. Kueue, as far as we know, compares the queue-order
+    # timestamp (the eviction time for a requeued workload), so a victim cannot do this.
+    world = World(
+        flavors=("f0", "f1", "f2"),
+        cohorts=(CohortW("c0", None, (), 500), CohortW("c1"), CohortW("c2")),
+        queues=(QueueW("cq-0", "c0", ((("cpu",), ("f1", "f2", "f0")),),
+                       (Q("f1", "cpu", 1), Q("f2", "cpu", 5), Q("f0", "cpu", 5))),
+                QueueW("cq-1", "c0", ((("cpu",), ("f0", "f1")), (("nvidia.com/gpu",), ("f2",))),
+                       (Q("f0", "cpu", 1), Q("f1", "cpu", 1), Q("f2", "nvidia.com/gpu", 1)),
+                       within="LowerOrNewerEqualPriority")),
+        fair=("LessThanOrEqualToFinalShare",),
+    )
+    history = [Submit(queue=1, ns=0, priority=0, count=1, cpu=2, gpu=0, copies=4),
+               Submit(queue=1, ns=0, priority=1, count=1, cpu=3, gpu=0, copies=2)]
+    run_history(world, history)
+
+
+@pytest.mark.xfail(strict=True, raises=InvariantViolation,
+                   reason="engine bug: LessThanInitialShare fair-sharing preemption and borrowWithinCohort "
+                          "reclaim preempt each other in a cycle inside one pass (503 decisions)")
+def test_no_preemption_cycle_between_queues_sharing_a_child_cohort():
+    # cq-0 and cq-1 own nothing and live in c1 (lendingLimit 0 on cpu, may borrow 4 from c0,
+    # which owns 3 cpu). cq-0 runs a priority-1 borrower of all 3 cpu; a priority-2 arrival in
+    # cq-1 takes it with borrowWithinCohort (InCohortReclaimWhileBorrowing); cq-0's next
+    # priority-1 workload takes the cpu back by fair sharing (InCohortFairSharing: cq-1's
+    # weight is 500); and so on, until the pass's safety net stops it after 503 decisions.
+    world = World(
+        flavors=("f0",),
+        cohorts=(CohortW("c0", None, (Q("f0", "cpu", 3), Q("f0", "nvidia.com/gpu", 0))),
+                 CohortW("c1", "c0", (Q("f0", "cpu", 0, 4, 0), Q("f0", "nvidia.com/gpu", 2)))),
+        queues=(QueueW("cq-0", "c1", SHARED, (Q("f0", "cpu", 0), Q("f0", "nvidia.com/gpu", 0)), reclaim="Any"),
+                QueueW("cq-1", "c1", SHARED, (Q("f0", "cpu", 0), Q("f0", "nvidia.com/gpu", 0)),
+                       reclaim="LowerPriority", borrow="LowerPriority", weight=500)),
+        fair=("LessThanInitialShare",),
+    )
+    history = [Submit(queue=6, ns=0, priority=1, count=1, cpu=3, gpu=1, copies=3),
+               Submit(queue=1, ns=0, priority=2, count=1, cpu=3, gpu=0, copies=2)]
+    run_history(world, history)

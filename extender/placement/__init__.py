@@ -7,11 +7,12 @@ from extender.placement.model import (GPU_RESOURCE, FlavorSelector, NodeInfo, Po
                                       Toleration, untolerated_taint)
 from extender.placement.place import Placement, place
 from extender.placement.preemption import EvictionPolicy, NodeVictims, veto
-from extender.placement.score import MAX_EXTENDER_PRIORITY, best, extender_score, rank_nodes, score_nodes
+from extender.placement.score import (MAX_EXTENDER_PRIORITY, best, extender_score, extender_scores, rank_nodes,
+                                      score_nodes)
 
 __all__ = [
     "GPU_RESOURCE", "MAX_EXTENDER_PRIORITY", "EvictionPolicy", "FilterResult", "FlavorSelector",
     "NodeCache", "NodeInfo", "NodeVictims", "Placement", "PodRequest", "Taint", "Toleration",
-    "best", "cache_of", "extender_score", "filter_nodes", "place", "rank_nodes", "score_nodes",
+    "best", "cache_of", "extender_score", "extender_scores", "filter_nodes", "place", "rank_nodes", "score_nodes",
     "summarize", "untolerated_taint", "veto",
 ]

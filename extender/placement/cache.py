@@ -5,6 +5,18 @@ pointed kube-scheduler at a node and the binding has not been seen yet). An in-f
 reservation counts on its node until the pod is bound, released, reserved elsewhere, or
 ``reservation_ttl`` seconds pass, so two pods scheduled back to back do not both take the
 last GPUs while the watch lags. The clock is injected; nothing here does I/O.
+
+Filter and score must not cost a Python step per candidate node (kube-scheduler sends hundreds
+per pod). So the cache keeps, per *profile*, the answer for every node, and updates it only for
+the node that changed (a node event, a pod bound, reserved, released or expired):
+
+- ``FitProfile`` (flavor nodeLabels, GPUs needed, tolerations): the member nodes that take such
+  a pod, and the reason for each member that does not;
+- ``ScoreProfile`` (GPUs needed): each node's packing score, alone and with either bonus.
+
+A request then filters and scores its candidates with set and dict operations that run in C.
+Profiles are registered on first use, at the cost of one pass over the nodes, and bounded in
+number.
 """
 
 from __future__ import annotations
@@ -14,10 +26,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from extender.placement.model import FlavorSelector, NodeInfo
+from extender.placement.model import FlavorSelector, NodeInfo, Toleration
+from extender.placement.rules import (SAME_DOMAIN_BONUS, SAME_NODE_BONUS, extender_score, judge, packing_value,
+                                      tolerates_cordon)
 
 DEFAULT_RESERVATION_TTL = 10.0
 _MAX_SELECTORS = 256
+_MAX_FIT_PROFILES = 256
+_MAX_SCORE_PROFILES = 64
 
 
 @dataclass(slots=True)
@@ -34,11 +50,13 @@ class NodeState:
     domain: str | None = None  # value of the cache's topology label
     gpus_used: int = 0  # bound pods
     gpus_reserved: int = 0  # in-flight pods
+    pods: int = 0  # bound and in-flight pods counted here
     used: dict[str, int] = field(default_factory=dict)
     reserved: dict[str, int] = field(default_factory=dict)
     jobs: dict[str, int] = field(default_factory=dict)  # job key -> pods here (bound or in flight)
 
     def _add(self, rec: "_PodRecord", sign: int) -> None:
+        self.pods += sign
         if rec.bound:
             self.gpus_used += sign * rec.gpus
             target = self.used
@@ -63,7 +81,7 @@ class NodeState:
 
     def overlay(self, info: NodeInfo, topology_label: str | None) -> "NodeState":
         """This node's usage with node facts from elsewhere (a Node object kube-scheduler sent)."""
-        st = NodeState(self.name, gpus_used=self.gpus_used, gpus_reserved=self.gpus_reserved,
+        st = NodeState(self.name, gpus_used=self.gpus_used, gpus_reserved=self.gpus_reserved, pods=self.pods,
                        used=self.used, reserved=self.reserved, jobs=self.jobs)
         st._set_info(info, topology_label)
         return st
@@ -78,6 +96,62 @@ class _PodRecord:
     job_key: str | None
     bound: bool
     expires: float = 0.0
+
+
+class FitProfile:
+    """Pods of one flavor needing ``need`` GPUs with these tolerations: ``fits`` are the member
+    nodes that take them, ``failed`` (a GPU shortage) and ``unresolvable`` (cordon, taint) say
+    why each other member does not. Nodes outside ``members`` appear in none of them."""
+
+    __slots__ = ("members", "need", "tolerations", "cordon_ok", "fits", "failed", "unresolvable")
+
+    def __init__(self, members: set[str], need: int, tolerations: frozenset[Toleration]) -> None:
+        self.members = members  # the cache's live member set of the flavor
+        self.need = need
+        self.tolerations = tuple(tolerations)
+        self.cordon_ok = tolerates_cordon(self.tolerations)
+        self.fits: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.unresolvable: dict[str, str] = {}
+
+    def update(self, name: str, st: "NodeState | None") -> None:
+        self.fits.discard(name)
+        self.failed.pop(name, None)
+        self.unresolvable.pop(name, None)
+        if st is None or st.info is None or name not in self.members:
+            return
+        verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
+        if verdict is None:
+            self.fits.add(name)
+        elif verdict[1]:
+            self.unresolvable[name] = verdict[0]
+        else:
+            self.failed[name] = verdict[0]
+
+
+class ScoreProfile:
+    """Pods needing ``need`` GPUs: for every node, (score with no bonus, with the same-Job node
+    bonus, with the same-domain bonus, topology domain), each score rounded from the exact
+    value. Nodes in the same situation share one tuple, so reading them costs one lookup of
+    the node name and nothing else that is cold."""
+
+    __slots__ = ("need", "codes", "_shared")
+
+    def __init__(self, need: int) -> None:
+        self.need = need
+        self.codes: dict[str, tuple[int, int, int, str | None]] = {}
+        self._shared: dict[tuple, tuple] = {}
+
+    def update(self, name: str, st: "NodeState | None") -> None:
+        if st is None:
+            self.codes.pop(name, None)
+            return
+        value = packing_value(st.gpus_alloc, st.gpus_used + st.gpus_reserved + self.need)
+        code = (extender_score(value), extender_score(value + SAME_NODE_BONUS),
+                extender_score(value + SAME_DOMAIN_BONUS), st.domain)
+        if len(self._shared) > 4096:
+            self._shared.clear()
+        self.codes[name] = self._shared.setdefault(code, code)
 
 
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
@@ -100,6 +174,10 @@ class NodeCache:
         self._expiry: deque[tuple[float, str, _PodRecord]] = deque()
         self._selectors: dict[tuple[tuple[str, str], ...], set[str]] = {}
         self._job_domains: dict[str, dict[str, int]] = {}  # job key -> topology value -> pods
+        self._job_nodes: dict[str, dict[str, int]] = {}  # job key -> node -> pods
+        self.domain_of: dict[str, str] = {}  # node -> its topology value, for nodes that have one
+        self._fit_profiles: dict[tuple, FitProfile] = {}
+        self._score_profiles: dict[int, ScoreProfile] = {}
 
     # -- nodes ---------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> None:
@@ -111,22 +189,29 @@ class NodeCache:
         new_domain = st.domain
         if old_domain != new_domain:
             self._move_domain(st, old_domain, new_domain)
+            if new_domain is None:
+                self.domain_of.pop(info.name, None)
+            else:
+                self.domain_of[info.name] = new_domain
         for key, members in self._selectors.items():
             if all(info.labels.get(k) == v for k, v in key):
                 members.add(info.name)
             else:
                 members.discard(info.name)
+        self._touch(info.name)
 
     def remove_node(self, name: str) -> None:
         st = self.states.get(name)
         if st is None:
             return
         self._move_domain(st, st.domain, None)
+        self.domain_of.pop(name, None)
         st._set_info(None, self.topology_label)
         for members in self._selectors.values():
             members.discard(name)
-        if not st.jobs and not st.gpus_taken and not st.used and not st.reserved:
+        if not st.pods:
             del self.states[name]
+        self._touch(name)
 
     def node(self, name: str) -> NodeInfo | None:
         st = self.states.get(name)
@@ -135,17 +220,50 @@ class NodeCache:
     def node_names(self) -> list[str]:
         return sorted(n for n, st in self.states.items() if st.info is not None)
 
-    def members(self, flavor: FlavorSelector) -> set[str]:
-        """Names of cached nodes carrying all of the flavor's nodeLabels (kept up to date
-        incrementally, so a filter call is a set lookup per node)."""
-        key = flavor.node_labels
+    def members(self, flavor: FlavorSelector | None) -> set[str]:
+        """Names of cached nodes carrying all of the flavor's nodeLabels (every cached node for
+        None), kept up to date incrementally. Do not modify."""
+        return self._members(flavor.node_labels if flavor is not None else ())
+
+    def _members(self, key: tuple[tuple[str, str], ...]) -> set[str]:
         members = self._selectors.get(key)
         if members is None:
             if len(self._selectors) >= _MAX_SELECTORS:
                 self._selectors.clear()
-            members = {n for n, st in self.states.items() if st.info is not None and flavor.matches(st.info.labels)}
+                self._fit_profiles.clear()  # they hold the member sets just dropped
+            members = {n for n, st in self.states.items()
+                       if st.info is not None and all(st.info.labels.get(k) == v for k, v in key)}
             self._selectors[key] = members
         return members
+
+    def fit_profile(self, flavor: FlavorSelector | None, need: int,
+                    tolerations: Iterable[Toleration]) -> FitProfile:
+        """Which nodes of ``flavor`` take a pod needing ``need`` GPUs with these tolerations
+        (registered on first use; current from then on). Do not modify."""
+        tolerations = frozenset(tolerations)
+        key = (flavor.node_labels if flavor is not None else (), need, tolerations)
+        prof = self._fit_profiles.get(key)
+        if prof is None:
+            members = self._members(key[0])
+            if len(self._fit_profiles) >= _MAX_FIT_PROFILES:
+                self._fit_profiles.clear()
+            prof = FitProfile(members, need, tolerations)
+            states = self.states
+            for name in members:
+                prof.update(name, states[name])
+            self._fit_profiles[key] = prof
+        return prof
+
+    def score_profile(self, need: int) -> ScoreProfile:
+        """Every node's packing score for a pod needing ``need`` GPUs. Do not modify."""
+        prof = self._score_profiles.get(need)
+        if prof is None:
+            if len(self._score_profiles) >= _MAX_SCORE_PROFILES:
+                self._score_profiles.clear()
+            prof = self._score_profiles[need] = ScoreProfile(need)
+            for name, st in self.states.items():
+                prof.update(name, st)
+        return prof
 
     # -- pods ----------------------------------------------------------------------
     def bind(self, uid: str, node: str, gpus: int, requests: Mapping[str, int] | None = None,
@@ -203,6 +321,10 @@ class NodeCache:
         """Topology domains the Job has pods in (bound or in flight), with pod counts."""
         return self._job_domains.get(job_key, {})
 
+    def job_nodes(self, job_key: str) -> Mapping[str, int]:
+        """Nodes the Job has pods on (bound or in flight), with pod counts."""
+        return self._job_nodes.get(job_key, {})
+
     # -- internals -----------------------------------------------------------------
     def _put(self, rec: _PodRecord) -> None:
         old = self._pods.pop(rec.uid, None)
@@ -216,10 +338,24 @@ class NodeCache:
         if st is None:
             st = self.states[rec.node] = NodeState(rec.node)
         st._add(rec, sign)
-        if rec.job_key is not None and st.domain is not None:
-            self._bump_domain(rec.job_key, st.domain, sign)
-        if sign < 0 and st.info is None and not st.jobs and not st.gpus_taken:
+        if rec.job_key is not None:
+            nodes = self._job_nodes.setdefault(rec.job_key, {})
+            _bump(nodes, rec.node, sign)
+            if not nodes:
+                del self._job_nodes[rec.job_key]
+            if st.domain is not None:
+                self._bump_domain(rec.job_key, st.domain, sign)
+        if sign < 0 and st.info is None and not st.pods:  # a node unknown to the cache, now empty
             del self.states[rec.node]
+        self._touch(rec.node)
+
+    def _touch(self, name: str) -> None:
+        """Bring every profile's answer for this node up to date."""
+        st = self.states.get(name)
+        for prof in self._fit_profiles.values():
+            prof.update(name, st)
+        for sprof in self._score_profiles.values():
+            sprof.update(name, st)
 
     def _bump_domain(self, job: str, domain: str, delta: int) -> None:
         doms = self._job_domains.setdefault(job, {})

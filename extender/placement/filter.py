@@ -9,15 +9,16 @@ taint mismatch is *unresolvable* (preempting pods would not help); a shortage is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
 
 from extender.placement.cache import NodeCache, NodeState
-from extender.placement.model import UNSCHEDULABLE_TAINT, NodeInfo, PodRequest, untolerated_taint
-
-NOT_CACHED = "node is not in gpuqueue's node cache yet"
-CORDONED = "node is cordoned"
+from extender.placement.model import NodeInfo, PodRequest
+from extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
+                                      tolerates_cordon)
 
 
 @dataclass(slots=True)
@@ -30,17 +31,9 @@ class FilterResult:
         return {**self.failed, **self.unresolvable}
 
 
-def gpu_shortage(free: int, need: int) -> str:
-    return f"node has {free} GPU{'' if free == 1 else 's'} free, pod needs {need}"
-
-
 def resource_shortage(resource: str, free: int, need: int) -> str:
     return (f"node has {format_engine_int(resource, max(free, 0))} {resource} free, "
             f"pod needs {format_engine_int(resource, need)}")
-
-
-def taint_reason(taint) -> str:
-    return f"node has taint {taint} that the pod does not tolerate"
 
 
 def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
@@ -48,58 +41,101 @@ def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
     """Judge each candidate. Node facts come from ``nodes`` when given (kube-scheduler sent
     full Node objects), else from the cache; usage always comes from the cache."""
     cache.expire()
-    out = FilterResult()
-    passed, failed, unresolvable = out.passed, out.failed, out.unresolvable
-    states = cache.states
-    flavor = pod.flavor
-    members = cache.members(flavor) if flavor is not None and nodes is None else None
-    mismatch = flavor.mismatch_reason if flavor is not None else ""
-    tolerations = pod.all_tolerations
-    tolerates_cordon = any(t.tolerates(UNSCHEDULABLE_TAINT) for t in tolerations)
-    own = cache.own_reservation(pod.uid)
-    own_node = own[0] if own is not None else None
-    need = pod.gpus
-    others = tuple((r, v) for r, v in pod.requests.items() if v > 0)
+    names = names if isinstance(names, list) else list(names)
     if nodes is not None:
-        label = cache.topology_label
-        states = {n: (states.get(n) or NodeState(n)).overlay(info, label) for n, info in nodes.items()}
-    for name in names:
-        st = states.get(name)
-        if st is None or st.info is None:
-            failed[name] = NOT_CACHED
-            continue
-        if members is not None:
-            if name not in members:
-                unresolvable[name] = mismatch
-                continue
-        elif flavor is not None and not flavor.matches(st.info.labels):
-            unresolvable[name] = mismatch
-            continue
-        if st.unschedulable and not tolerates_cordon:
-            unresolvable[name] = CORDONED
-            continue
-        if st.hard_taints:
-            taint = untolerated_taint(st.hard_taints, tolerations)
-            if taint is not None:
-                unresolvable[name] = taint_reason(taint)
-                continue
-        free = st.gpus_alloc - st.gpus_used - st.gpus_reserved
-        if name == own_node:
-            free += own[1]
-        if free < need:
-            failed[name] = gpu_shortage(max(free, 0), need)
-            continue
-        if others:
-            short = _other_shortage(others, st, own if name == own_node else None)
-            if short is not None:
-                failed[name] = short
-                continue
-        passed.append(name)
+        out = _filter_each(pod, names, cache, nodes)
+    else:
+        out = _filter_by_profile(pod, names, cache)
+    others = tuple((r, v) for r, v in pod.requests.items() if v > 0)
+    if others and out.passed:
+        _check_other_resources(pod, others, out, cache, nodes)
     return out
 
 
-def _other_shortage(others, st: NodeState, own) -> str | None:
-    alloc = st.info.allocatable
+def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> FilterResult:
+    """The cache's FitProfile answers for every candidate; only the node holding the pod's own
+    reservation is judged on its own (its GPUs do not count against it)."""
+    prof = cache.fit_profile(pod.flavor, pod.gpus, pod.all_tolerations)
+    fits = prof.fits
+    flags = list(map(fits.__contains__, names))  # the one lookup per candidate
+    passed = list(compress(names, flags))
+    out = FilterResult(passed)
+    if len(passed) == len(names):
+        return out
+    rest = list(compress(names, map(not_, flags)))
+    pf, pu, members = prof.failed, prof.unresolvable, prof.members
+    hit = [n for n in rest if n in pf]
+    failed = out.failed = dict(zip(hit, map(pf.__getitem__, hit)))
+    hit = [n for n in rest if n in pu]
+    unresolvable = out.unresolvable = dict(zip(hit, map(pu.__getitem__, hit)))
+    strangers = [n for n in rest if n not in members]
+    if strangers:
+        known = cache.members(None)
+        failed.update(dict.fromkeys([n for n in strangers if n not in known], NOT_CACHED))
+        if pod.flavor is not None:
+            unresolvable.update(dict.fromkeys([n for n in strangers if n in known], pod.flavor.mismatch_reason))
+    own = cache.own_reservation(pod.uid)
+    if own is not None and own[0] in members and (own[0] in failed or own[0] in unresolvable):
+        node = own[0]
+        failed.pop(node, None)
+        unresolvable.pop(node, None)
+        verdict = judge(cache.states[node], prof.need, prof.tolerations, prof.cordon_ok, own[1])
+        if verdict is None:
+            out.passed = [n for n in names if n in fits or n == node]
+        elif verdict[1]:
+            unresolvable[node] = verdict[0]
+        else:
+            failed[node] = verdict[0]
+    return out
+
+
+def _filter_each(pod: PodRequest, names: list[str], cache: NodeCache, nodes: Mapping[str, NodeInfo]) -> FilterResult:
+    """Node facts from the request: every candidate judged on its own."""
+    out = FilterResult()
+    passed, failed, unresolvable = out.passed, out.failed, out.unresolvable
+    label = cache.topology_label
+    flavor = pod.flavor
+    tolerations = pod.all_tolerations
+    cordon_ok = tolerates_cordon(tolerations)
+    own = cache.own_reservation(pod.uid)
+    own_node = own[0] if own is not None else None
+    for name in names:
+        info = nodes.get(name)
+        if info is None:
+            failed[name] = NOT_CACHED
+            continue
+        if flavor is not None and not flavor.matches(info.labels):
+            unresolvable[name] = flavor.mismatch_reason
+            continue
+        st = (cache.states.get(name) or NodeState(name)).overlay(info, label)
+        verdict = judge(st, pod.gpus, tolerations, cordon_ok, own[1] if name == own_node else 0)
+        if verdict is None:
+            passed.append(name)
+        elif verdict[1]:
+            unresolvable[name] = verdict[0]
+        else:
+            failed[name] = verdict[0]
+    return out
+
+
+def _check_other_resources(pod: PodRequest, others, out: FilterResult, cache: NodeCache,
+                           nodes: Mapping[str, NodeInfo] | None) -> None:
+    """Requests other than GPUs (the simulator declares them; the extender leaves them to
+    kube-scheduler), for the nodes that passed on GPUs."""
+    own = cache.own_reservation(pod.uid)
+    keep = []
+    for name in out.passed:
+        st = cache.states.get(name) or NodeState(name)
+        info = nodes[name] if nodes is not None else st.info
+        short = _other_shortage(others, info.allocatable, st, own if own is not None and own[0] == name else None)
+        if short is None:
+            keep.append(name)
+        else:
+            out.failed[name] = short
+    out.passed = keep
+
+
+def _other_shortage(others, alloc: Mapping[str, int], st: NodeState, own) -> str | None:
     for r, need in others:
         # A resource the node does not declare is left to kube-scheduler's own fit check:
         # the cache may not know it, and refusing on a guess would strand the pod.

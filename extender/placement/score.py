@@ -6,20 +6,20 @@ pods of the same Job prefer the node their siblings (bound or in flight) are on,
 topology domain (the cache's topology label) they are in.
 
 ``rank_nodes`` gives the exact value, used by the simulator to pick a node; ``extender_score`` is its
-integer projection sent to kube-scheduler.
+integer projection sent to kube-scheduler, which ``extender_scores`` reads from the cache's
+per-need ScoreProfile instead of computing it node by node.
 """
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Iterable, Mapping
 
 from extender.placement.cache import NodeCache, NodeState
 from extender.placement.model import PodRequest
-
-MAX_EXTENDER_PRIORITY = 10
-PACKING_WEIGHT = 7.0
-SAME_NODE_BONUS = 3.0
-SAME_DOMAIN_BONUS = 1.5
+from extender.placement.rules import (MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_DOMAIN_BONUS,  # noqa: F401
+                                      SAME_NODE_BONUS, extender_score, packing_value)
 
 _EMPTY = NodeState("")
 
@@ -30,48 +30,83 @@ def rank_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[
     return list(zip(names, rank_values(pod, names, cache)))
 
 
+def _job_context(pod: PodRequest, cache: NodeCache) -> tuple[str | None, int, Mapping[str, int]]:
+    """(own node, own GPUs, the Job's topology domains without the pod itself)."""
+    own = cache.own_reservation(pod.uid)
+    own_node, own_gpus = (own[0], own[1]) if own is not None else (None, 0)
+    domains: Mapping[str, int] = {}
+    if pod.job_key is not None and cache.topology_label is not None:
+        domains = cache.job_domains(pod.job_key)
+        own_domain = cache.domain(own_node) if own_node is not None else None
+        if own_domain is not None and domains.get(own_domain, 0) > 0:
+            domains = {d: n - (d == own_domain) for d, n in domains.items() if n - (d == own_domain) > 0}
+    return own_node, own_gpus, domains
+
+
+def _value(pod: PodRequest, name: str, st: NodeState, own_node: str | None, own_gpus: int,
+           domains: Mapping[str, int]) -> float:
+    """One node's exact rank value."""
+    after = st.gpus_used + st.gpus_reserved + pod.gpus
+    if name == own_node:
+        after -= own_gpus
+    value = packing_value(st.gpus_alloc, after)
+    job = pod.job_key
+    if job is not None and (st.jobs or domains):
+        here = st.jobs.get(job, 0)
+        if name == own_node:
+            here -= 1
+        if here > 0:
+            value += SAME_NODE_BONUS
+        elif domains and st.domain in domains:
+            value += SAME_DOMAIN_BONUS
+    return value
+
+
 def rank_values(pod: PodRequest, names: list[str], cache: NodeCache) -> list[float]:
     """``rank_nodes`` without the names: one value per candidate, in order."""
     cache.expire()
     states = cache.states
-    own = cache.own_reservation(pod.uid)
-    own_node, own_gpus = (own[0], own[1]) if own is not None else (None, 0)
-    need = pod.gpus
+    own_node, own_gpus, domains = _job_context(pod, cache)
+    return [_value(pod, name, states.get(name, _EMPTY), own_node, own_gpus, domains) for name in names]
+
+
+_NOT_CACHED = (0, 0, 0, None)  # a node the cache lacks: no GPUs, no pods, no domain
+
+
+def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache) -> list[int]:
+    """``extender_score`` of each candidate's rank value, in order, read from the cache's
+    ScoreProfile with one lookup per candidate; the same-node bonus touches only the Job's
+    nodes, and the node holding the pod's own reservation is scored on its own."""
+    cache.expire()
+    prof = cache.score_profile(pod.gpus)
+    codes = list(map(prof.codes.get, names, repeat(_NOT_CACHED)))
+    own_node, own_gpus, domains = _job_context(pod, cache)
     job = pod.job_key
-    domains: Mapping[str, int] = {}
-    if job is not None and cache.topology_label is not None:
-        domains = cache.job_domains(job)
-        own_domain = cache.domain(own_node) if own_node is not None else None
-        if own_domain is not None and domains.get(own_domain, 0) > 0:
-            domains = {d: n - (d == own_domain) for d, n in domains.items() if n - (d == own_domain) > 0}
-    out = []
-    for name in names:
-        st = states.get(name, _EMPTY)
-        alloc = st.gpus_alloc
-        value = 0.0
-        if alloc > 0:
-            after = st.gpus_used + st.gpus_reserved + need
-            if name == own_node:
-                after -= own_gpus
-            value = PACKING_WEIGHT * after / alloc if after < alloc else PACKING_WEIGHT
-        if job is not None and (st.jobs or domains):
-            here = st.jobs.get(job, 0)
-            if name == own_node:
-                here -= 1
-            if here > 0:
-                value += SAME_NODE_BONUS
-            elif domains and st.domain in domains:
-                value += SAME_DOMAIN_BONUS
-        out.append(value)
-    return out
-
-
-def extender_score(value: float) -> int:
-    return max(0, min(MAX_EXTENDER_PRIORITY, int(value + 0.5)))
+    if job is not None and domains:
+        scores = [c[2] if c[3] in domains else c[0] for c in codes]
+    else:
+        scores = list(map(itemgetter(0), codes))
+    special: dict[str, int] = {}
+    if job is not None:
+        job_nodes = cache.job_nodes(job)
+        if job_nodes:
+            if len(job_nodes) < len(names):
+                present = set(names)
+                hit = [n for n in job_nodes if n in present]
+            else:
+                hit = list(compress(names, map(job_nodes.__contains__, names)))
+            codes_of = prof.codes
+            special = {n: codes_of[n][1] for n in hit}
+    if own_node is not None and own_node in cache.states:
+        special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
+    if special:
+        scores = list(map(special.get, names, scores))
+    return scores
 
 
 def score_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list[tuple[str, int]]:
-    return [(n, extender_score(v)) for n, v in rank_nodes(pod, names, cache)]
+    names = list(names)
+    return list(zip(names, extender_scores(pod, names, cache)))
 
 
 def best(ranked: list[tuple[str, float]]) -> str | None:

@@ -4,15 +4,16 @@ logic is testable and measurable on its own; ``app.py`` puts it behind aiohttp."
 from __future__ import annotations
 
 import logging
+from itertools import compress
 
 from extender.placement.filter import filter_nodes
 from extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
-from extender.placement.score import MAX_EXTENDER_PRIORITY, rank_values
+from extender.placement.score import extender_scores
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
 from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, encode_host_priorities,
-                                     filter_error, filter_result, host_priorities, preemption_result)
+                                     filter_error, filter_result, preemption_result)
 
 log = logging.getLogger("gpuqueue.extender")
 
@@ -80,21 +81,19 @@ def prioritize_verb(body: bytes, view: ClusterView) -> bytes | list[dict] | dict
         names, _, _ = _candidates(args)
         verdict = view.workload_for(args.Pod.metadata)
         if not isinstance(verdict, Admitted):
-            return host_priorities([(n, 0) for n in names])  # neutral: kube-scheduler decides
+            return encode_host_priorities(names, [0] * len(names))  # neutral: kube-scheduler decides
         pod = pod_request(args.Pod, verdict)
     except BadRequest as exc:
         # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
         # decode, which is what we want, and the body still says why.
         log.warning("prioritize: %s", exc)
         return {"Error": str(exc)}
-    values = rank_values(pod, names, view.nodes)
-    by_score: list[list[str]] = [[] for _ in range(MAX_EXTENDER_PRIORITY + 1)]
-    for name, value in zip(names, values):
-        by_score[int(value + 0.5)].append(name)  # rank values stay within 0..10: round half up
-    top = next((hosts for hosts in reversed(by_score) if hosts), None)
-    if top is not None:  # where kube-scheduler most likely binds it (ties: smallest name)
-        view.nodes.reserve(pod.uid, min(top), pod.gpus, pod.requests, pod.job_key)
-    return encode_host_priorities(by_score)
+    scores = extender_scores(pod, names, view.nodes)
+    if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
+        top = max(scores)
+        view.nodes.reserve(pod.uid, min(compress(names, map(top.__eq__, scores))), pod.gpus, pod.requests,
+                           pod.job_key)
+    return encode_host_priorities(names, scores)
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:

@@ -5,7 +5,6 @@ plain dicts built here so every key is spelled once."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -103,21 +102,24 @@ def host_priorities(scores: list[tuple[str, int]]) -> list[dict]:
     return [{"Host": h, "Score": s} for h, s in scores]
 
 
-_JSON_SAFE_NAMES = re.compile(r"[a-z0-9.\-]*")  # node names are DNS subdomains: nothing to escape
+_JSON_PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # printable ASCII but " and \\
+_SCORE_TAILS = ['","Score":%d},{"Host":"' % s for s in range(11)]
 
 
-def encode_host_priorities(by_score: list[list[str]]) -> bytes:
-    """HostPriorityList bytes from host names grouped by score (index = score); host order is
-    not significant to kube-scheduler. One join per score instead of a dict per host: this is
-    the largest answer the extender gives, once per pod."""
-    if not all(_JSON_SAFE_NAMES.fullmatch("".join(hosts)) for hosts in by_score):
-        return orjson.dumps([{"Host": h, "Score": s} for s, hosts in enumerate(by_score) for h in hosts])
-    parts = []
-    for score, hosts in enumerate(by_score):
-        if hosts:
-            tail = '","Score":%d}' % score
-            parts.append('{"Host":"' + (tail + ',{"Host":"').join(hosts) + tail)
-    return ("[" + ",".join(parts) + "]").encode()
+def encode_host_priorities(hosts: list[str], scores: list[int]) -> bytes:
+    """HostPriorityList bytes, one entry per host in order; scores are 0..10. The largest answer
+    the extender gives, once per pod: built by one join of the names with per-score separators
+    instead of a dict per host (node names are DNS subdomains: nothing to escape; any name that
+    would need escaping sends the whole answer through orjson)."""
+    if not hosts:
+        return b"[]"
+    joined = "".join(hosts)
+    if not joined.isascii() or joined.encode().translate(None, _JSON_PLAIN):
+        return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
+    parts: list = [None] * (2 * len(hosts))
+    parts[::2] = hosts
+    parts[1::2] = map(_SCORE_TAILS.__getitem__, scores)
+    return ('[{"Host":"' + "".join(parts)[:-10] + "]").encode()  # the last entry drops ',{"Host":"'
 
 
 def preemption_result(victims: dict[str, tuple[list[str], int]], error: str | None = None) -> dict:

@@ -1,0 +1,117 @@
+"""`gpuqueue extender`: the controller and the scheduler extender endpoints in one asyncio
+process over one watch cache; `gpuqueue explain NAMESPACE/JOB`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("extender", help="run the controller and the scheduler extender endpoints")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="Kueue Configuration YAML (manageJobsWithoutQueueName, managedJobsNamespaceSelector)")
+    p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
+    p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (HTTP)")
+    p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
+    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "kube-system"))
+    p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
+    p.add_argument("--burst", type=int, default=200)
+    p.add_argument("--insecure-http", action="store_true", help="serve the extender over plain HTTP (tests)")
+    p.set_defaults(run=run)
+
+    e = sub.add_parser("explain", help="why is my job pending?")
+    e.add_argument("job", help="NAMESPACE/JOB")
+    e.add_argument("--kubeconfig", default=None)
+    e.set_defaults(run=run_explain)
+
+
+async def load_client(kubeconfig: str | None):
+    from kubernetes_asyncio import client, config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def _managed_jobs(path: Path | None):
+    from webhook.mutation import ManagedJobsConfig
+
+    if path is None:
+        return ManagedJobsConfig()
+    import yaml
+
+    from gpuqueue.api import kueue
+
+    cfg = kueue.Configuration.model_validate(yaml.safe_load(path.read_text()) or {})
+    selector = cfg.managed_jobs_namespace_selector
+    return ManagedJobsConfig(manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
+                             **({"managed_jobs_namespace_selector": selector.to_dict()} if selector else {}))
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from extender.controller.controller import Controller, Options
+    from extender.controller.server import start_ops
+    from extender.controller.view import ControllerClusterView
+    from extender.scheduler import app as extender_app
+
+    if args.cert_dir is None and not args.insecure_http:
+        print("gpuqueue extender: --cert-dir is required (or --insecure-http)", file=sys.stderr)
+        return 2
+    api = await load_client(args.kubeconfig)
+    options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
+                      lease_namespace=args.lease_namespace, managed_jobs=_managed_jobs(args.config))
+    identity = f"{socket.gethostname()}_{os.getpid()}"
+    ctl = Controller(api, options, identity=identity)
+    view = ControllerClusterView(ctl)
+    ops = await start_ops(ctl, args.host, args.metrics_port)
+    ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
+                                   insecure_http=args.insecure_http)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await ctl.start()
+    await stop.wait()
+    await ctl.stop()
+    await ext.cleanup()
+    await ops.cleanup()
+    await api.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
+                        '"logger":"%(name)s","msg":%(message)r}')
+    return asyncio.run(serve(args))
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from extender.controller.explain import explain_job
+
+    if "/" not in args.job:
+        print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        api = await load_client(args.kubeconfig)
+        try:
+            text, code = await explain_job(api, args.job)
+        finally:
+            await api.close()
+        print(text)
+        return code
+
+    return asyncio.run(go())

@@ -1,0 +1,662 @@
+"""Carrying the engine's decisions out through the API, in an order that keeps the API's record
+within quota at every instant:
+
+- writes for one workload run one after another (a chain per key);
+- a write that frees quota in the API's record (Finished, a deleted Workload, an eviction that
+  has seen its pods gone) is a *release*; an admission waits for every release that was under
+  way when it was decided, so it never lands in the record before the room it uses is freed;
+- a victim's quota counts until its pods are gone: only then is its reservation cleared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from extender.controller import kinds as K
+from extender.controller import workload as W
+from extender.controller.kubeapi import is_status
+from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
+from extender.kube import retry_on_conflict
+from extender.quota import decisions as d
+from extender.quota.model import Admission
+
+if TYPE_CHECKING:
+    from extender.controller.controller import Controller, JobState
+
+log = logging.getLogger("gpuqueue.controller")
+
+RETRIES = 6  # for errors other than conflicts (5xx, 429, dropped connections)
+
+
+class Actions:
+    def __init__(self, ctl: "Controller") -> None:
+        self.ctl = ctl
+        self.kube = ctl.kube
+        self._chains: dict[str, asyncio.Future] = {}
+        self._created: dict[str, asyncio.Future] = {}
+        self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
+        self._releases: dict[int, asyncio.Future] = {}
+        self._release_seq = 0
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._background: set[asyncio.Task] = set()
+        self.status_dirty = True
+        self._event_budget = Budget(ctl.options.event_qps, ctl.options.event_burst)
+        self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _spawn(self, coro: Awaitable) -> asyncio.Future:
+        if not self.ctl.leader:  # a replica that no longer leads must not write, not even late
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            fut = asyncio.get_running_loop().create_future()
+            fut.cancel()
+            return fut
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None) -> asyncio.Future:
+        """Run make() after every earlier write for this key has ended (whatever its outcome).
+
+        `release`: a release (see release()) this write carries out. It is marked done when the
+        write succeeds - or, after every retry failed, given up (logged) so that nothing waits
+        forever - but never when the write is cancelled (this replica stopped leading): then the
+        release is abandoned, and whatever waits on it does not write either."""
+        prev = self._chains.get(key)
+
+        async def run():
+            try:
+                if prev is not None and not prev.done():
+                    try:
+                        await asyncio.shield(prev)
+                    except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
+                        pass
+                try:
+                    await _retrying(make, key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001
+                    log.exception("giving up on a write for %s", key)
+            except asyncio.CancelledError:
+                if release is not None:
+                    self.abandon(release)
+                raise
+            if release is not None:
+                self.released(release)
+
+        task = self._spawn(run())
+        if task.done():  # refused: this replica does not lead
+            if release is not None:
+                self.abandon(release)
+            return task
+        self._chains[key] = task
+        task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
+        return task
+
+    def release(self) -> tuple[int, asyncio.Future]:
+        self._release_seq += 1
+        fut = asyncio.get_running_loop().create_future()
+        self._releases[self._release_seq] = fut
+        return self._release_seq, fut
+
+    def released(self, rid: int) -> None:
+        fut = self._releases.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def abandon(self, rid: int) -> None:
+        fut = self._releases.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.cancel()
+
+    def barrier(self) -> list[asyncio.Future]:
+        return [f for f in self._releases.values() if not f.done()]
+
+    def poke(self, uid: str) -> None:
+        ev = self._waiters.get(uid)
+        if ev is not None:
+            ev.set()
+
+    async def _wait_until(self, uid: str, predicate: Callable[[], bool]) -> None:
+        ev = self._waiters.setdefault(uid, asyncio.Event())
+        try:
+            while not predicate():
+                ev.clear()
+                try:
+                    await asyncio.wait_for(ev.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._waiters.pop(uid, None)
+
+    async def cancel_all(self) -> None:
+        """Cancel every write under way (the caller has stopped leading, so none starts anew)."""
+        while self._background:
+            tasks = list(self._background)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._chains.clear()
+        self._created.clear()
+        self.evicting.clear()
+        for fut in self._releases.values():
+            if not fut.done():
+                fut.cancel()
+        self._releases.clear()
+
+    async def idle(self) -> None:
+        """Wait until no write is under way (tests, benchmarks)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- reads and read-modify-writes -----------------------------------------------------------------------
+    def job(self, st: "JobState") -> dict | None:
+        return self.ctl.informers["jobs"].get(st.key)
+
+    def workload(self, st: "JobState") -> dict | None:
+        """The cached Workload; until the watch brings it, the one our create returned."""
+        cached = self.ctl.informers["workloads"].get(f"{st.namespace}/{st.wl_name}")
+        if cached is None and st.wl_created is not None:
+            return st.wl_created
+        return cached
+
+    async def _update(self, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
+                      change: Callable[[dict], dict | None], subresource: str | None = None) -> dict | None:
+        first = [cached]
+
+        async def read():
+            if first[0] is not None:
+                obj, first[0] = first[0], None
+                return obj
+            return await self.kube.get(kind, namespace, name)
+
+        async def send(body):
+            return await self.kube.replace(kind, body, subresource)
+
+        def guarded(obj):
+            return change(copy.deepcopy(obj))
+
+        return await retry_on_conflict(read, guarded, send, attempts=8)
+
+    async def _update_workload(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        try:
+            return await self._update(K.WORKLOADS, st.namespace, st.wl_name, self.workload(st), change, "status")
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None  # the Job (and with it the Workload) is gone
+            raise
+
+    async def _update_job(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        def checked(job: dict) -> dict | None:
+            if job["metadata"].get("uid") != st.uid:
+                return None
+            return change(job)
+
+        try:
+            return await self._update(K.JOBS, st.namespace, st.name, self.job(st), checked)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None
+            raise
+
+    def event(self, st: "JobState", reason: str, message: str, type_: str = "Normal") -> None:
+        """A Kubernetes Event on the Job; best effort, never in the way of a decision. Events have
+        a budget of their own (like client-go's event spam filter): in a burst the surplus is
+        dropped and counted, so events never take the API's capacity from admissions."""
+        if not self._event_budget.take():
+            self.ctl.metrics.events_dropped.inc()
+            return
+        now = W.now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{st.name}.", "namespace": st.namespace},
+            "involvedObject": {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
+                               "apiVersion": "batch/v1"},
+            "reason": reason, "message": message, "type": type_, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "gpuqueue-controller"}, "reportingComponent": "gpuqueue-controller",
+            "reportingInstance": self.ctl.identity,
+        }
+
+        async def send():
+            try:
+                await self.kube.create(K.EVENTS, st.namespace, body)
+            except Exception as exc:  # noqa: BLE001
+                log.debug("event %s on %s not recorded: %s", reason, st.key, exc)
+
+        self._spawn(send())
+
+    # -- decisions ----------------------------------------------------------------------------------------------
+    def apply(self, dec: d.Decision) -> None:
+        st = self.ctl.jobs.get(dec.key)
+        if st is None:
+            return
+        if isinstance(dec, d.Admitted):
+            self.admit(st, dec.admission)
+        elif isinstance(dec, d.Preempted):
+            self.ctl.metrics.preemptions.labels(dec.preemptor_cluster_queue, dec.reason).inc()
+            preemptor = self.ctl.jobs.get(dec.preemptor)
+            paths = (self._path(dec.preemptor_cluster_queue), self._path(dec.cluster_queue))
+
+            async def message() -> str:
+                # the preemptor's Workload may still be on its way to the API: its UID goes in the message
+                created = self._created.get(dec.preemptor)
+                if created is not None:
+                    await asyncio.gather(asyncio.shield(created), return_exceptions=True)
+                return W.preemption_message(self._workload_uid(preemptor), preemptor.uid if preemptor else "",
+                                            dec.reason, *paths)
+
+            self.evict(st, "Preempted", message, dec.reason)
+        elif isinstance(dec, d.Evicted):
+            async def fixed(text=dec.message) -> str:
+                return text
+
+            self.evict(st, dec.reason, fixed, None)
+        elif isinstance(dec, d.Pending):
+            self.pending(st, dec.cluster_queue, dec.message, dec.reason)
+
+    def _workload_uid(self, st: "JobState | None") -> str:
+        if st is None:
+            return ""
+        wl = self.workload(st)
+        return st.wl_uid or (wl or {}).get("metadata", {}).get("uid", "")
+
+    def _path(self, cq: str) -> str:
+        """Kueue's `/cohort/.../clusterqueue` path of a ClusterQueue in the cohort tree."""
+        engine = self.ctl.engine
+        if engine is None:
+            return ""
+        parts = [cq]
+        spec = engine.state.cq_specs.get(cq)
+        cohort = spec.cohort if spec else None
+        seen: set[str] = set()
+        while cohort and cohort not in seen:
+            seen.add(cohort)
+            parts.append(cohort)
+            cspec = engine.state.cohort_specs.get(cohort)
+            cohort = cspec.parent if cspec else None
+        return "/" + "/".join(reversed(parts))
+
+    # -- Workload lifecycle -------------------------------------------------------------------------------
+    def ensure_workload(self, st: "JobState") -> None:
+        async def create():
+            if self.workload(st) is not None:
+                return
+            job = self.job(st)
+            if job is None:
+                return
+            pc = W.priority_class_of(job, self.ctl.priorities.workload_classes, self.ctl.priorities.pod_classes)
+            priority = self.ctl.priority_of(job)
+            body = W.build_workload(job, priority, pc)
+            try:
+                created = await self.kube.create(K.WORKLOADS, st.namespace, body)
+            except Exception as exc:
+                if is_status(exc, 409):
+                    return  # already there (a previous term created it)
+                if is_status(exc, 404):
+                    return  # namespace gone
+                raise
+            st.wl_uid = created["metadata"].get("uid", "")
+            st.wl_created = created
+            self.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
+
+        task = self.chain(st.key, create)
+        self._created[st.key] = task
+        task.add_done_callback(lambda t, k=st.key: self._created.pop(k, None) if self._created.get(k) is t else None)
+
+    def pending(self, st: "JobState", cq: str | None, message: str, reason: str) -> None:
+        def change(wl: dict) -> dict | None:
+            if (wl.get("status") or {}).get("admission"):
+                return None  # admitted meanwhile; a later decision says otherwise if it is not
+            c = W.condition(wl, "QuotaReserved")
+            if c is not None and c.get("status") == "False" and c.get("message") == message and c.get(
+                    "reason") == reason:
+                return None
+            status = wl.setdefault("status", {})
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason,
+                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            return wl
+
+        first = W.condition(self.workload(st), "QuotaReserved") is None
+
+        async def write():
+            result = await self._update_workload(st, change)
+            if result is not None and first and st.phase == "pending":
+                self.event(st, "Pending", message)
+
+        self.chain(st.key, write)
+
+    def admit(self, st: "JobState", admission: Admission) -> None:
+        st.phase = "admitted"
+        barrier = self.barrier()
+        engine = self.ctl.engine
+        flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
+                   if f in engine.state.flavors] if engine else []
+        resumed = W.is_true(self.workload(st), "Requeued") or W.condition(self.workload(st), "Evicted") is not None
+
+        async def write():
+            if barrier:
+                results = await asyncio.gather(*barrier, return_exceptions=True)
+                if any(isinstance(r, BaseException) for r in results):
+                    return  # a release was abandoned: this replica is stopping, the next one decides
+            if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
+                return
+            wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
+            if wrote is None and self.workload(st) is None:
+                return
+            await self._unsuspend(st, admission, flavors, resumed)
+
+        self.chain(st.key, write)
+
+    async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool) -> None:
+        try:
+            result = await self._update_job(st, lambda job: _unsuspended(job, flavors))
+        except Exception as exc:
+            if is_status(exc, 422):
+                await self._refused(st, admission, exc)
+                return
+            raise
+        if result is not None:
+            created = st.created
+            self.ctl.metrics.admission_wait.labels(admission.cluster_queue).observe(max(0.0, time.time() - created))
+            self.event(st, "Resumed" if resumed else "Started",
+                       f"Admitted by clusterQueue {admission.cluster_queue}")
+
+    async def _refused(self, st: "JobState", admission: Admission, exc: Exception) -> None:
+        """Kubernetes 1.24 lets a Job's pod template scheduling fields change only while it is
+        suspended and has never started. Give the quota back, say why, and queue the Job again:
+        its current template (still carrying the flavor it ran on) limits where it can go."""
+        body = getattr(exc, "body", "") or ""
+        log.warning("the API refused the pod template of %s for flavor(s) %s: %s", st.key,
+                    admission.flavors_of(W.MAIN), body[:300])
+        self.refused.append(st.key)
+        engine = self.ctl.engine
+        rid, _ = self.release()
+        if engine is not None:
+            engine.finish(st.key)
+        st.phase = "blocked"
+        st.refusals += 1
+        flavors = ", ".join(sorted(set(admission.flavors_of(W.MAIN).values())))
+        message = (f"couldn't admit to flavor {flavors}: the API refused the change of the Job's pod template "
+                   f"(its nodeSelector and tolerations may change only while it is suspended and has never "
+                   f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")
+
+        async def give_back():
+            await self._update_workload(st, lambda wl: _unreserve(wl, "Pending", message))
+            self.event(st, "AdmissionRefused", message, "Warning")
+
+        self.chain(st.key, give_back, release=rid)
+        delay = min(60.0, self.ctl.options.resubmit_backoff * (2 ** (st.refusals - 1)))
+        asyncio.get_running_loop().call_later(delay, self.ctl.resubmit, st)
+        self.ctl.mark_dirty()
+
+    def ensure_running(self, st: "JobState", admission: Admission) -> None:
+        """After a restart: an admitted Workload's Job must be unsuspended (the last leader may
+        have died between the two writes)."""
+        engine = self.ctl.engine
+        flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
+                   if f in engine.state.flavors] if engine else []
+
+        async def write():
+            job = self.job(st)
+            if job is not None and job["spec"].get("suspend"):
+                await self._unsuspend(st, admission, flavors, resumed=False)
+
+        self.chain(st.key, write)
+
+    def suspend_unadmitted(self, st: "JobState") -> None:
+        """A managed Job running without a reservation (created unsuspended with no webhook in
+        front, or its Workload deleted): suspend it; its pods count until they are gone."""
+        rid, _ = self.release()
+
+        async def write():
+            if st.phase in ("pending", "blocked"):
+                changed = await self._update_job(
+                    st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
+                if changed is not None:
+                    await self._wait_until(st.uid, lambda: self._stopped(st))
+
+        self.chain(st.key, write, release=rid)
+
+    def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
+              preempted_reason: str | None) -> None:
+        st.phase = "evicting"
+        self._note_evicting(st)
+        rid, _ = self.release()
+        message = ""
+
+        def mark(wl: dict) -> dict | None:
+            status = wl.setdefault("status", {})
+            if not status.get("admission"):
+                return None
+            now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
+            conds = W.set_condition(status.get("conditions") or [], "Evicted", "True", reason, message, now, gen)
+            if preempted_reason is not None:
+                conds = W.set_condition(conds, "Preempted", "True", preempted_reason, message, now, gen)
+            if W.is_true(wl, "Evicted") and conds == status.get("conditions"):
+                return None
+            status["conditions"] = conds
+            return wl
+
+        async def write():
+            nonlocal message
+            message = await make_message()
+            marked = await self._update_workload(st, mark)
+            if marked is not None:
+                self.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
+            await self._complete_eviction(st, reason, message)
+
+        self.chain(st.key, write, release=rid)
+
+    def _note_evicting(self, st: "JobState") -> None:
+        adm = ((self.workload(st) or {}).get("status") or {}).get("admission")
+        if adm:
+            try:
+                self.evicting[st.key] = W.admission_from_status(adm)
+            except (KeyError, ValueError):
+                pass
+
+    def resume_eviction(self, st: "JobState") -> None:
+        st.phase = "evicting"
+        self._note_evicting(st)
+        rid, _ = self.release()
+        wl = self.workload(st)
+        c = W.condition(wl, "Evicted") or {}
+
+        async def write():
+            await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""))
+
+        self.chain(st.key, write, release=rid)
+
+    async def _complete_eviction(self, st: "JobState", reason: str, message: str) -> None:
+        await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
+        await self._wait_until(st.uid, lambda: self._stopped(st))
+        try:
+            await self._update_job(st, _restored)
+        except Exception as exc:
+            if not is_status(exc, 422):
+                raise
+            # 1.24 keeps startTime on suspend, so the template stays as admitted: the Job can only
+            # come back on the same flavor (its nodeSelector says so to the engine).
+            log.info("%s keeps its admitted pod template (the API refused the restore)", st.key)
+        await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
+        self.evicting.pop(st.key, None)
+        self.status_dirty = True
+        if st.phase == "evicting":
+            st.phase = "pending"
+
+    def _stopped(self, st: "JobState") -> bool:
+        if self.ctl.jobs.get(st.key) is not st:
+            return True
+        job = self.job(st)
+        if job is None:
+            return True
+        return bool(job["spec"].get("suspend")) and not (job.get("status") or {}).get("active") and \
+            self.ctl.pods_gone(st.uid)
+
+    def finish_workload(self, st: "JobState", how: str) -> None:
+        rid, _ = self.release()
+
+        def change(wl: dict) -> dict | None:
+            if W.is_true(wl, "Finished"):
+                return None
+            status = wl.setdefault("status", {})
+            reason, message = ("Succeeded", "Job finished successfully") if how == "Complete" else (
+                "Failed", "Job failed")
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "Finished", "True", reason,
+                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            return wl
+
+        async def write():
+            await self._update_workload(st, change)
+
+        self.chain(st.key, write, release=rid)
+
+    def delete_workload(self, st: "JobState") -> None:
+        """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
+        delete it here so its reservation leaves the record before anything uses the room."""
+        rid, _ = self.release()
+
+        async def write():
+            await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
+
+        self.chain(st.key, write, release=rid)
+
+    # -- ClusterQueue and LocalQueue status ---------------------------------------------------------------
+    async def status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ctl.options.status_interval)
+            if not self.ctl.leader or not self.ctl.recovered or self.ctl.engine is None or not self.status_dirty:
+                continue
+            self.status_dirty = False
+            try:
+                await self.write_queue_status()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("queue status update failed")
+                self.status_dirty = True
+
+    async def write_queue_status(self) -> None:
+        engine = self.ctl.engine
+        assert engine is not None
+        counts = queue_counts(engine, self.evicting)
+        self.ctl.metrics.update(engine, counts)
+        writes = []
+        for cq in self.ctl.informers["clusterqueues"].list():
+            name = cq["metadata"]["name"]
+            status = cluster_queue_status(engine, name, counts.cq.get(name), cq.get("status") or {},
+                                          cq["metadata"].get("generation"))
+            if not same_status(cq.get("status") or {}, status):
+                writes.append(self._write_status(K.CLUSTER_QUEUES, cq, status))
+        for lq in self.ctl.informers["localqueues"].list():
+            meta = lq["metadata"]
+            key = f"{meta.get('namespace')}/{meta['name']}"
+            status = local_queue_status(engine, lq, counts.lq.get(key), lq.get("status") or {})
+            if not same_status(lq.get("status") or {}, status):
+                writes.append(self._write_status(K.LOCAL_QUEUES, lq, status))
+        await asyncio.gather(*writes)
+
+    async def _write_status(self, kind: K.Kind, obj: dict, status: dict) -> None:
+        def change(fresh: dict) -> dict | None:
+            if same_status(fresh.get("status") or {}, status):
+                return None
+            fresh["status"] = status
+            return fresh
+
+        meta = obj["metadata"]
+        try:
+            await self._update(kind, meta.get("namespace"), meta["name"], obj, change, "status")
+        except Exception as exc:  # noqa: BLE001
+            if not is_status(exc, 404):
+                raise
+
+
+class Budget:
+    """A token bucket that never waits: take() says whether there is a token now."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.updated = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+async def _retrying(make: Callable[[], Awaitable], key: str) -> None:
+    delay = 0.05
+    for attempt in range(RETRIES):
+        try:
+            await make()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if is_status(exc, 400, 403, 404, 422) or attempt == RETRIES - 1:
+                raise
+            log.info("write for %s failed (%s), retrying in %.2fs", key, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+# -- pure status edits --------------------------------------------------------------------------------------
+
+def _reserve(wl: dict, admission: Admission) -> dict | None:
+    status = wl.setdefault("status", {})
+    new_admission = W.admission_to_status(admission)
+    if status.get("admission") == new_admission and W.is_true(wl, "QuotaReserved") and W.is_true(wl, "Admitted"):
+        return None
+    now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
+    status["admission"] = new_admission
+    conds = status.get("conditions") or []
+    conds = W.set_condition(conds, "QuotaReserved", "True", "QuotaReserved",
+                            W.reserved_message(admission.cluster_queue), now, gen)
+    conds = W.set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, gen)
+    for type_ in ("Evicted", "Preempted"):
+        c = next((c for c in conds if c.get("type") == type_), None)
+        if c is not None and c.get("status") == "True":
+            conds = W.set_condition(conds, type_, "False", "QuotaReserved", f"Previously: {c.get('message', '')}",
+                                    now, gen)
+    status["conditions"] = conds
+    return wl
+
+
+def _unreserve(wl: dict, reason: str, message: str) -> dict | None:
+    status = wl.setdefault("status", {})
+    now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
+    status.pop("admission", None)
+    conds = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason, message, now, gen)
+    conds = W.set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, gen)
+    status["conditions"] = conds
+    return wl
+
+
+def _requeued(wl: dict, reason: str, message: str) -> dict | None:
+    out = _unreserve(wl, "Pending", message)
+    assert out is not None
+    status = out["status"]
+    status["conditions"] = W.set_condition(status["conditions"], "Requeued", "True", reason, message,
+                                           W.now_rfc3339(), wl["metadata"].get("generation"))
+    return out
+
+
+def _unsuspended(job: dict, flavors) -> dict | None:
+    new = W.admitted_job(job, flavors)
+    return None if new == job else new
+
+
+def _restored(job: dict) -> dict | None:
+    if not job["spec"].get("suspend"):
+        return None
+    new = W.restored_job(job)
+    return None if new == job else new

@@ -1,0 +1,465 @@
+"""The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
+engine's decisions into writes (extender/controller/actions.py).
+
+Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
+(`Workload.status.admission` first, before any pass), so nothing is admitted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from kubernetes_asyncio import client
+from pydantic import ValidationError
+
+from extender.controller import kinds as K
+from extender.controller import workload as W
+from extender.controller.actions import Actions
+from extender.controller.kubeapi import KubeApi
+from extender.controller.leader import LeaderElector
+from extender.controller.metrics import Metrics
+from extender.kube import Informer
+from extender.quota import convert
+from extender.quota import decisions as d
+from extender.quota.engine import QuotaEngine
+from extender.quota.model import WorkloadSpec
+from gpuqueue.api import core, kueue
+from webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
+
+log = logging.getLogger("gpuqueue.controller")
+
+
+@dataclass
+class Options:
+    debounce: float = 0.02  # seconds to gather changes before a pass
+    status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
+    qps: float = 100.0
+    burst: int = 200
+    concurrency: int = 16
+    watch_timeout: int = 300
+    event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
+    event_burst: int = 100
+    resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
+    leader_elect: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "gpuqueue-extender"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
+
+
+@dataclass
+class JobState:
+    key: str  # namespace/name: the engine's key
+    namespace: str
+    name: str
+    uid: str
+    wl_name: str
+    created: float  # creationTimestamp, seconds
+    wl_uid: str = ""
+    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
+    phase: str = "pending"  # pending | admitted | evicting | blocked | finished
+    refusals: int = 0  # how often the API refused the pod template admission needed
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, options: Options | None = None, metrics: Metrics | None = None,
+                 identity: str = "gpuqueue") -> None:
+        self.api = api
+        self.options = options or Options()
+        self.identity = identity
+        self.kube = KubeApi(api, qps=self.options.qps, burst=self.options.burst,
+                            concurrency=self.options.concurrency)
+        self.metrics = metrics or Metrics()
+        self.informers: dict[str, Informer] = {}
+        for kind in K.WATCHED:
+            fn, args = kind.list_call(api)
+            self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout)
+        self.priorities = convert.PriorityResolver()
+        self.queue_view = StaticQueueView()
+        self.engine: QuotaEngine | None = None
+        self.jobs: dict[str, JobState] = {}
+        self.pods_by_owner: dict[str, set[str]] = {}
+        self.actions = Actions(self)
+        self.leader = False
+        self.recovered = False
+        self.passes = 0
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.elector: LeaderElector | None = None
+        self._elector_task: asyncio.Task | None = None
+        self._leading_task: asyncio.Task | None = None
+        self._wire_handlers()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
+        for inf in self.informers.values():
+            inf.start()
+        self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
+        self._tasks.append(asyncio.create_task(self.actions.status_loop(), name="controller:status"))
+        o = self.options
+        if o.leader_elect:
+            self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
+                                         identity=self.identity, on_started=self._lead_soon,
+                                         on_stopped=self.lose_leadership, lease_duration=o.lease_duration,
+                                         renew_deadline=o.renew_deadline, retry_period=o.retry_period)
+            self._elector_task = asyncio.create_task(self.elector.run(), name="controller:leader-election")
+        else:
+            await self.become_leader()
+
+    async def stop(self) -> None:
+        if self._elector_task is not None:
+            self._elector_task.cancel()
+            try:
+                await self._elector_task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._elector_task = None
+        self.leader = False
+        if self._leading_task is not None and not self._leading_task.done():
+            self._leading_task.cancel()
+        await self.actions.cancel_all()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        for inf in self.informers.values():
+            await inf.stop()
+
+    @property
+    def synced(self) -> bool:
+        return all(inf.synced.is_set() for inf in self.informers.values())
+
+    @property
+    def ready(self) -> bool:
+        """Caches warm; a leader must also have rebuilt its engine."""
+        return self.synced and (not self.leader or self.recovered)
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
+
+    async def _lead_soon(self) -> None:
+        """From the elector: start leading in a task of its own, so that waiting for the caches
+        never holds up the Lease renewals."""
+        self._leading_task = asyncio.create_task(self.become_leader(), name="controller:become-leader")
+
+    async def become_leader(self) -> None:
+        self.leader = True
+        self.metrics.leader.set(1)
+        await self.wait_synced()
+        if self.leader and not self.recovered:
+            self._recover()
+            self.recovered = True
+            self.mark_dirty()
+            log.info("leading: engine rebuilt with %d admitted and %d pending workloads",
+                     len(self.engine.state.admitted), len(self.engine.pending))
+
+    async def lose_leadership(self) -> None:
+        """Stop writing at once; a new term starts from what the API holds."""
+        self.leader = False
+        self.recovered = False
+        self.metrics.leader.set(0)
+        if self._leading_task is not None and not self._leading_task.done():
+            self._leading_task.cancel()
+        await self.actions.cancel_all()
+        self.engine = None
+        self.jobs.clear()
+
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    # -- caches -> engine -------------------------------------------------------------------------------
+    def _wire_handlers(self) -> None:
+        def on(name: str, upsert, delete) -> None:
+            self.informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new),
+                                             on_delete=delete)
+
+        on("namespaces", self._on_namespace, self._on_namespace_delete)
+        for kind in _SPEC_KINDS:
+            on(kind.name, functools.partial(self._on_spec_object, kind.kind),
+               functools.partial(self._on_spec_delete, kind.kind))
+        on("jobs", self._on_job, self._on_job_delete)
+        self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
+        on("pods", self._on_pod, self._on_pod_delete)
+
+    def _on_namespace(self, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        labels = {"kubernetes.io/metadata.name": name, **(obj["metadata"].get("labels") or {})}
+        self.queue_view.namespaces[name] = labels
+        if self.engine is not None:
+            self.engine.set_namespace(name, labels)
+            self.mark_dirty()
+
+    def _on_namespace_delete(self, obj: dict) -> None:
+        self.queue_view.namespaces.pop(obj["metadata"]["name"], None)
+
+    def _apply_spec(self, engine: QuotaEngine | None, kind: str, obj: dict) -> None:
+        try:
+            if kind == "PriorityClass":
+                self.priorities.set_priority_class(core.PriorityClass.model_validate(obj))
+            elif kind == "WorkloadPriorityClass":
+                self.priorities.set_workload_priority_class(kueue.WorkloadPriorityClass.model_validate(obj))
+            elif engine is None:
+                return
+            elif kind == "ResourceFlavor":
+                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(obj)))
+            elif kind == "Cohort":
+                engine.set_cohort(convert.cohort_spec(kueue.Cohort.model_validate(obj)))
+            elif kind == "ClusterQueue":
+                engine.set_cluster_queue(convert.cluster_queue_spec(kueue.ClusterQueue.model_validate(obj)))
+            elif kind == "LocalQueue":
+                spec = convert.local_queue_spec(kueue.LocalQueue.model_validate(obj))
+                engine.set_local_queue(spec)
+                self.queue_view.local_queues.add((spec.namespace, spec.name))
+        except (ValidationError, ValueError, KeyError) as exc:
+            log.warning("ignoring %s %s: %s", kind, W_key(obj), exc)
+
+    def _on_spec_object(self, kind: str, obj: dict) -> None:
+        self._apply_spec(self.engine, kind, obj)
+        self.actions.status_dirty = True
+        self.mark_dirty()
+
+    def _on_spec_delete(self, kind: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "PriorityClass":
+            self.priorities.pod_classes.pop(name, None)
+        elif kind == "WorkloadPriorityClass":
+            self.priorities.workload_classes.pop(name, None)
+        elif self.engine is not None:
+            e = self.engine
+            {"ResourceFlavor": lambda: e.remove_flavor(name), "Cohort": lambda: e.remove_cohort(name),
+             "ClusterQueue": lambda: e.remove_cluster_queue(name),
+             "LocalQueue": lambda: e.remove_local_queue(obj["metadata"].get("namespace", "default"), name),
+             }.get(kind, lambda: None)()
+        if kind == "LocalQueue":
+            self.queue_view.local_queues.discard((obj["metadata"].get("namespace", "default"), name))
+        self.actions.status_dirty = True
+        self.mark_dirty()
+
+    def is_managed(self, job: dict) -> bool:
+        return is_managed(job, job["metadata"].get("namespace", "default"), self.queue_view, self.options.managed_jobs)
+
+    def _on_job(self, job: dict) -> None:
+        if not self.recovered or not self.is_managed(job):
+            return
+        key = W_key(job)
+        st = self.jobs.get(key)
+        if st is not None and st.uid != job["metadata"]["uid"]:
+            self._forget(st)  # a new Job of the same name
+            st = None
+        if st is None:
+            st = self._track(job)
+            if W.job_finished(job):
+                st.phase = "finished"
+                return
+            self.actions.ensure_workload(st)
+            self._submit(st, job)
+            if not job["spec"].get("suspend"):
+                self.actions.suspend_unadmitted(st)
+            self.mark_dirty()
+            return
+        if st.phase != "finished" and W.job_finished(job):
+            self._finish(st, W.job_finished(job) or "Complete")
+        self.actions.poke(st.uid)
+
+    def _on_job_delete(self, job: dict) -> None:
+        st = self.jobs.get(W_key(job))
+        if st is None or st.uid != job["metadata"]["uid"]:
+            return
+        self._forget(st)
+        self.actions.delete_workload(st)
+        self.mark_dirty()
+
+    def _on_workload_delete(self, wl: dict) -> None:
+        """Someone deleted the Workload of a live Job: as Kueue does, stop the Job and queue it
+        again with a new Workload."""
+        if not self.recovered:
+            return
+        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{_owner_job(wl)}")
+        if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
+            return
+        job = self.informers["jobs"].get(st.key)
+        self._forget(st)
+        if job is not None and job["metadata"]["uid"] == st.uid:
+            log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
+            self._on_job(job)
+        self.mark_dirty()
+
+    def _on_pod(self, pod: dict) -> None:
+        for ref in pod["metadata"].get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "Job":
+                self.pods_by_owner.setdefault(ref["uid"], set()).add(W_key(pod))
+                self.actions.poke(ref["uid"])
+
+    def _on_pod_delete(self, pod: dict) -> None:
+        for ref in pod["metadata"].get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "Job":
+                pods = self.pods_by_owner.get(ref["uid"])
+                if pods is not None:
+                    pods.discard(W_key(pod))
+                    if not pods:
+                        del self.pods_by_owner[ref["uid"]]
+                self.actions.poke(ref["uid"])
+
+    def pods_gone(self, uid: str) -> bool:
+        return not self.pods_by_owner.get(uid)
+
+    # -- jobs and the engine --------------------------------------------------------------------------------
+    def _track(self, job: dict) -> JobState:
+        meta = job["metadata"]
+        st = JobState(key=W_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
+                      wl_name=W.workload_name(meta["name"], meta["uid"]),
+                      created=W.parse_time(meta.get("creationTimestamp")) or time.time())
+        self.jobs[st.key] = st
+        return st
+
+    def workload_spec(self, st: JobState, job: dict, queued_at: float | None = None) -> WorkloadSpec:
+        """The engine's view of the Job as it stands (its current pod template: after a refused
+        template change it still carries its old flavor's nodeSelector, which then limits the
+        flavors it can be given)."""
+        model = core.Job.model_validate(job)
+        assert self.engine is not None
+        return convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
+                                         seq=self.engine.next_seq())
+
+    def priority_of(self, job: dict) -> int:
+        try:
+            return self.priorities.priority_of(core.Job.model_validate(job))
+        except ValidationError:
+            return 0
+
+    def _submit(self, st: JobState, job: dict, queued_at: float | None = None) -> None:
+        assert self.engine is not None
+        try:
+            spec = self.workload_spec(st, job, queued_at)
+        except (ValidationError, ValueError) as exc:
+            log.warning("job %s cannot be queued: %s", st.key, exc)
+            self.actions.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
+            return
+        self.engine.submit(spec)
+        st.phase = "pending"
+
+    def resubmit(self, st: JobState) -> None:
+        """Queue a Job again after the API refused its admission (see Actions.admit)."""
+        job = self.informers["jobs"].get(st.key)
+        if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
+            return
+        self._submit(st, job, queued_at=time.time())
+        self.mark_dirty()
+
+    def _finish(self, st: JobState, how: str) -> None:
+        if self.engine is not None:
+            self.engine.finish(st.key)
+        st.phase = "finished"
+        self.actions.finish_workload(st, how)
+        self.mark_dirty()
+
+    def _forget(self, st: JobState) -> None:
+        if self.engine is not None:
+            self.engine.delete(st.key)
+        self.actions.evicting.pop(st.key, None)
+        self.jobs.pop(st.key, None)
+        st.phase = "finished"
+
+    # -- rebuilding from the API -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        engine = QuotaEngine()
+        self.engine = engine
+        self.jobs.clear()
+        for name in ("namespaces",):
+            for obj in self.informers[name].list():
+                self._on_namespace(obj)
+        for kind in _SPEC_KINDS:
+            for obj in self.informers[kind.name].list():
+                self._apply_spec(engine, kind.kind, obj)
+        workloads = self.informers["workloads"]
+        jobs = [j for j in self.informers["jobs"].list() if self.is_managed(j)]
+        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), W_key(j)))
+        now = time.time()
+        for job in jobs:
+            st = self._track(job)
+            wl = workloads.get(f"{st.namespace}/{st.wl_name}")
+            finished = W.job_finished(job)
+            if finished:
+                st.phase = "finished"
+                if wl is not None and not W.is_true(wl, "Finished"):
+                    self.actions.finish_workload(st, finished)
+                continue
+            if wl is None:
+                self.actions.ensure_workload(st)
+            admission = ((wl or {}).get("status") or {}).get("admission")
+            if admission and W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished"):
+                try:
+                    spec = self.workload_spec(st, job)
+                    adm = W.admission_from_status(admission)
+                except (ValidationError, ValueError, KeyError) as exc:
+                    log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
+                    self._submit(st, job)
+                    continue
+                reserved = W.condition(wl, "QuotaReserved") or {}
+                engine.restore_admitted(spec, adm, W.parse_time(reserved.get("lastTransitionTime")) or now)
+                st.phase = "admitted"
+                if W.is_true(wl, "Evicted"):
+                    # the last leader died half-way through an eviction: finish it
+                    engine.evict(st.key, now)
+                    self.actions.resume_eviction(st)
+                else:
+                    self.actions.ensure_running(st, adm)
+                continue
+            requeued = W.condition(wl, "Requeued") if wl else None
+            queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
+                "status") == "True" else None
+            self._submit(st, job, queued_at)
+            if not job["spec"].get("suspend"):
+                self.actions.suspend_unadmitted(st)
+
+    # -- the pass -------------------------------------------------------------------------------------------
+    async def _pass_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self.options.debounce)
+            self._dirty.clear()
+            if not self.leader or not self.recovered or self.engine is None:
+                continue
+            try:
+                self.run_pass()
+            except Exception:  # noqa: BLE001 - a bug in one pass must not stop the controller
+                log.exception("scheduling pass failed")
+
+    def run_pass(self) -> list[d.Decision]:
+        assert self.engine is not None
+        started = time.perf_counter()
+        decisions = self.engine.schedule(time.time())
+        for dec in decisions:
+            self.actions.apply(dec)
+        self.passes += 1
+        self.metrics.pass_duration.observe(time.perf_counter() - started)
+        if decisions:
+            self.actions.status_dirty = True
+        return decisions
+
+
+def W_key(obj: dict) -> str:
+    meta = obj["metadata"]
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+
+def _owner_job(obj: dict) -> str:
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if ref.get("kind") == "Job" and ref.get("controller"):
+            return ref.get("name", "")
+    return ""
+
+
+_SPEC_KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
+               K.LOCAL_QUEUES)

@@ -1,0 +1,46 @@
+"""HTTP endpoints of `gpuqueue extender`: the scheduler extender verbs over the controller's
+caches (HTTPS on --port), and /healthz, /readyz, /metrics (plain HTTP on --metrics-port)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender.controller.controller import Controller
+
+CTL_KEY = web.AppKey("controller", Controller)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ctl = request.app[CTL_KEY]
+    if ctl.ready:
+        return web.Response(text="ok: leader\n" if ctl.leader else "ok: follower, caches warm\n")
+    waiting = [name for name, inf in ctl.informers.items() if not inf.synced.is_set()]
+    why = f"caches not synced: {', '.join(waiting)}" if waiting else "rebuilding the quota engine"
+    return web.Response(status=503, text=f"not ready: {why}\n")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    ctl = request.app[CTL_KEY]
+    body = generate_latest(ctl.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_ops_app(ctl: Controller) -> web.Application:
+    app = web.Application()
+    app[CTL_KEY] = ctl
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def start_ops(ctl: Controller, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(build_ops_app(ctl), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

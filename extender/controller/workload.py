@@ -1,0 +1,223 @@
+"""Pure functions over Kueue's Workload and the Job it stands for: its name, its spec, its
+conditions, its `status.admission`, and the pod-template changes admission makes to the Job."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+from typing import Any
+
+import orjson
+
+from extender.quota.model import Admission, FlavorSpec
+from gpuqueue.api.quantity import format_engine_int, parse_engine_int
+from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+
+WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
+MAIN = "main"
+# The Job's own scheduling fields before admission added a flavor's, to put back on preemption.
+ORIGINAL_SCHEDULING_ANNOTATION = "gpuqueue.io/original-pod-scheduling"
+
+HUMAN_PREEMPTION_REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    return dt.datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def workload_name(job_name: str, job_uid: str) -> str:
+    """Kueue's shape, `job-NAME-HASH`: stable for one Job, different for a recreated one."""
+    suffix = hashlib.sha256(job_uid.encode()).hexdigest()[:5]
+    return f"job-{job_name[:240]}-{suffix}"
+
+
+def job_finished(job: dict) -> str | None:
+    """'Complete' or 'Failed' once the Job is done, else None."""
+    for c in (job.get("status") or {}).get("conditions") or ():
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return c["type"]
+    return None
+
+
+def pod_count(job: dict) -> int:
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    return min(parallelism, completions) if completions is not None else parallelism
+
+
+def original_template(job: dict) -> dict:
+    """The Job's pod template as its owner wrote it (before any flavor was injected)."""
+    template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_SCHEDULING_ANNOTATION)
+    if raw:
+        _put_scheduling(template, orjson.loads(raw))
+    return template
+
+
+def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None) -> dict:
+    meta = job["metadata"]
+    labels = meta.get("labels") or {}
+    spec: dict[str, Any] = {
+        "active": True,
+        "queueName": labels.get(QUEUE_NAME_LABEL, ""),
+        "podSets": [{"name": MAIN, "count": pod_count(job), "template": original_template(job)}],
+        "priority": priority,
+    }
+    if priority_class is not None:
+        spec["priorityClassName"], spec["priorityClassSource"] = priority_class
+    return {
+        "apiVersion": WORKLOAD_API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(meta["name"], meta["uid"]),
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta["uid"]},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": spec,
+    }
+
+
+def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: dict[str, int]) -> tuple[str, str] | None:
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    wpc = labels.get(PRIORITY_CLASS_LABEL)
+    if wpc and wpc in workload_classes:
+        return wpc, "kueue.x-k8s.io/workloadpriorityclass"
+    pc = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("priorityClassName")
+    if pc and pc in pod_classes:
+        return pc, "scheduling.k8s.io/priorityclass"
+    return None
+
+
+# -- conditions -----------------------------------------------------------------------------------------
+
+def condition(wl: dict | None, type_: str) -> dict | None:
+    for c in ((wl or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def is_true(wl: dict | None, type_: str) -> bool:
+    c = condition(wl, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str, now: str,
+                  generation: int | None = None) -> list[dict]:
+    """A new list with the condition set; lastTransitionTime moves only when the status does."""
+    out = [c for c in conditions if c.get("type") != type_]
+    old = next((c for c in conditions if c.get("type") == type_), None)
+    new = {"type": type_, "status": status, "reason": reason, "message": message,
+           "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == status else now}
+    if generation is not None:
+        new["observedGeneration"] = generation
+    out.append(new)
+    return out
+
+
+def reserved_message(cq: str) -> str:
+    return f"Quota reserved in ClusterQueue {cq}"
+
+
+def preemption_message(preemptor_uid: str, preemptor_job_uid: str, reason: str, preemptor_path: str,
+                       preemptee_path: str) -> str:
+    return (f"Preempted to accommodate a workload (UID: {preemptor_uid or 'UNKNOWN'}, JobUID: "
+            f"{preemptor_job_uid or 'UNKNOWN'}) due to {HUMAN_PREEMPTION_REASONS.get(reason, 'UNKNOWN')}; "
+            f"preemptor path: {preemptor_path or 'UNKNOWN'}; preemptee path: {preemptee_path or 'UNKNOWN'}")
+
+
+# -- admission -------------------------------------------------------------------------------------------
+
+def admission_to_status(a: Admission) -> dict:
+    assignments = []
+    for ps, flavors in sorted(a.flavors.items()):
+        usage: dict[str, str] = {}
+        for (flavor, res), v in sorted(a.usage.items()):
+            if flavors.get(res) == flavor:
+                usage[res] = format_engine_int(res, v)
+        assignments.append({"name": ps, "flavors": dict(sorted(flavors.items())), "resourceUsage": usage,
+                            "count": a.counts.get(ps, 1)})
+    return {"clusterQueue": a.cluster_queue, "podSetAssignments": assignments}
+
+
+def admission_from_status(admission: dict) -> Admission:
+    flavors: dict[str, dict[str, str]] = {}
+    usage: dict[tuple[str, str], int] = {}
+    counts: dict[str, int] = {}
+    for psa in admission.get("podSetAssignments") or ():
+        name = psa.get("name", MAIN)
+        flavors[name] = dict(psa.get("flavors") or {})
+        counts[name] = int(psa.get("count", 1))
+        for res, qty in (psa.get("resourceUsage") or {}).items():
+            fr = (flavors[name].get(res, ""), res)
+            usage[fr] = usage.get(fr, 0) + parse_engine_int(res, qty)
+    return Admission(cluster_queue=admission["clusterQueue"], flavors=flavors, usage=usage, counts=counts,
+                     borrowing=False)
+
+
+# -- the Job's pod template ---------------------------------------------------------------------------------
+
+def _scheduling(template: dict) -> dict:
+    spec = template.get("spec") or {}
+    return {k: copy.deepcopy(spec[k]) for k in ("nodeSelector", "tolerations") if k in spec}
+
+
+def _put_scheduling(template: dict, fields: dict) -> None:
+    spec = template.setdefault("spec", {})
+    for k in ("nodeSelector", "tolerations"):
+        if k in fields:
+            spec[k] = copy.deepcopy(fields[k])
+        else:
+            spec.pop(k, None)
+
+
+def admitted_job(job: dict, flavors: list[FlavorSpec]) -> dict:
+    """The Job unsuspended with the flavors' nodeLabels and tolerations in its pod template; the
+    template's own scheduling fields are recorded in an annotation (once) to restore later."""
+    out = copy.deepcopy(job)
+    meta = out["metadata"]
+    annotations = meta.setdefault("annotations", {})
+    template = out["spec"]["template"]
+    if ORIGINAL_SCHEDULING_ANNOTATION not in annotations:
+        annotations[ORIGINAL_SCHEDULING_ANNOTATION] = orjson.dumps(_scheduling(template)).decode()
+    template = original_template(out)
+    spec = template.setdefault("spec", {})
+    for f in flavors:
+        if f.node_labels:
+            spec.setdefault("nodeSelector", {}).update(dict(f.node_labels))
+        for t in f.tolerations:
+            tol = t.to_dict() if hasattr(t, "to_dict") else t.model_dump(by_alias=True, exclude_none=True)
+            if tol not in spec.setdefault("tolerations", []):
+                spec["tolerations"].append(tol)
+    out["spec"]["template"] = template
+    out["spec"]["suspend"] = False
+    return out
+
+
+def suspended_job(job: dict) -> dict:
+    out = copy.deepcopy(job)
+    out["spec"]["suspend"] = True
+    return out
+
+
+def restored_job(job: dict) -> dict:
+    """The suspended Job with its own pod template back (the annotation dropped)."""
+    out = copy.deepcopy(job)
+    out["spec"]["template"] = original_template(job)
+    (out["metadata"].get("annotations") or {}).pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
+    return out

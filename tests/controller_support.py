@@ -1,0 +1,230 @@
+"""Shared pieces of the controller tests: the API server stand-in with the FLAME objects, Jobs
+created through the API as the webhook would have mutated them, a quota observer on every
+write, and polling helpers that read what the API holds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes_asyncio import client
+
+from extender.controller import kinds as K
+from extender.controller import workload as W
+from extender.controller.controller import Controller, Options
+from extender.controller.kubeapi import KubeApi
+from gpuqueue.api.quantity import parse_engine_int as to_engine_int
+from gpuqueue.testing import ApiServer, Write
+from gpuqueue.testing import resources as R
+from webhook.mutation import ManagedJobsConfig, StaticQueueView, mutate_job
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "extender" / "simulate" / "examples"
+FAST = Options(debounce=0.005, status_interval=0.05, qps=5000, burst=5000, resubmit_backoff=0.1)
+
+KIND_OF = {"ResourceFlavor": K.RESOURCE_FLAVORS, "Cohort": K.COHORTS, "ClusterQueue": K.CLUSTER_QUEUES,
+           "LocalQueue": K.LOCAL_QUEUES, "Node": K.NODES, "Namespace": K.NAMESPACES,
+           "PriorityClass": K.PRIORITY_CLASSES, "WorkloadPriorityClass": K.WORKLOAD_PRIORITY_CLASSES}
+
+
+def scenario(name: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """(quota objects and nodes, jobs at the start, jobs submitted by later events) of an example."""
+    objects, jobs, later = [], [], []
+    for doc in yaml.safe_load_all((EXAMPLES / name).read_text()):
+        if not doc:
+            continue
+        if doc.get("kind") == "Scenario":
+            later = [e["submit"] for e in doc.get("events") or () if "submit" in e]
+        elif doc.get("kind") == "Job":
+            jobs.append(doc)
+        else:
+            objects.append(doc)
+    return objects, jobs, later
+
+
+class QuotaObserver:
+    """Checks, on every write the stand-in commits, that the Workloads holding a reservation
+    (QuotaReserved=True, not Finished) fit the quota: per ClusterQueue within nominal plus its
+    borrowing limit, per cohort tree within the tree's total."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+        self.violations: list[str] = []
+        self.checks = 0
+        self.max_reserved = 0
+        api.observe(self)
+
+    def _objects(self, rt) -> list[dict]:
+        return list(self.api.cluster.store.kind(rt.storage_key).values())
+
+    def __call__(self, write: Write) -> None:
+        if write.resource not in (R.WORKLOADS, R.CLUSTER_QUEUES, R.COHORTS):
+            return
+        self.checks += 1
+        cqs = {o["metadata"]["name"]: o for o in self._objects(R.CLUSTER_QUEUES)}
+        cohorts = {o["metadata"]["name"]: o for o in self._objects(R.COHORTS)}
+        usage: dict[str, dict[tuple[str, str], int]] = {}
+        reserved = 0
+        names = []
+        for wl in self._objects(R.WORKLOADS):
+            adm = (wl.get("status") or {}).get("admission")
+            if not adm or not W.is_true(wl, "QuotaReserved") or W.is_true(wl, "Finished"):
+                continue
+            reserved += 1
+            names.append(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}")
+            for fr, v in W.admission_from_status(adm).usage.items():
+                u = usage.setdefault(adm["clusterQueue"], {})
+                u[fr] = u.get(fr, 0) + v
+        self.max_reserved = max(self.max_reserved, reserved)
+        trees: dict[str, dict[tuple[str, str], list[int]]] = {}
+        for name, cq in cqs.items():
+            quotas = _quotas(cq)
+            for fr, used in usage.get(name, {}).items():
+                nominal, borrowing = quotas.get(fr, (0, 0))
+                cohort = cq["spec"].get("cohortName")
+                limit = nominal + (borrowing if borrowing is not None else (10**18 if cohort else 0))
+                if used > limit:
+                    self.violations.append(f"rv {write.rv}: {name} uses {used} of {fr}, limit {limit}")
+            cohort = cq["spec"].get("cohortName")
+            if cohort:
+                tree = trees.setdefault(cohort, {})
+                for fr, (nominal, _) in quotas.items():
+                    tree.setdefault(fr, [0, 0])[1] += nominal
+                for fr, used in usage.get(name, {}).items():
+                    tree.setdefault(fr, [0, 0])[0] += used
+        for cohort, tree in trees.items():
+            own = _quotas(cohorts[cohort]) if cohort in cohorts else {}
+            for fr, (used, cap) in tree.items():
+                cap += own.get(fr, (0, None))[0]
+                if used > cap:
+                    self.violations.append(f"rv {write.rv}: cohort {cohort} uses {used} of {fr}, capacity {cap} "
+                                           f"({', '.join(sorted(names))})")
+
+
+def _quotas(obj: dict) -> dict[tuple[str, str], tuple[int, int | None]]:
+    out = {}
+    for rg in obj["spec"].get("resourceGroups") or ():
+        for f in rg.get("flavors") or ():
+            for r in f.get("resources") or ():
+                bl = r.get("borrowingLimit")
+                out[(f["name"], r["name"])] = (to_engine_int(r["name"], r["nominalQuota"]),
+                                                None if bl is None else to_engine_int(r["name"], bl))
+    return out
+
+
+class Harness:
+    """The stand-in, a test client and one or more controllers."""
+
+    def __init__(self, **server_kw) -> None:
+        server_kw.setdefault("job_controller", True)
+        self.api = ApiServer(**server_kw)
+        self.controllers: list[Controller] = []
+
+    async def __aenter__(self) -> "Harness":
+        await self.api.start()
+        self.observer = QuotaObserver(self.api)
+        self.client = client.ApiClient(self.api.client_configuration())
+        self.kube = KubeApi(self.client, qps=10000, burst=10000)
+        self.queues = StaticQueueView()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for c in self.controllers:
+            await c.stop()
+            await c.api.close()
+        await self.client.close()
+        await self.api.stop()
+
+    async def controller(self, options: Options = FAST, identity: str = "test") -> Controller:
+        ctl = Controller(client.ApiClient(self.api.client_configuration()), options, identity=identity)
+        self.controllers.append(ctl)
+        await ctl.start()
+        return ctl
+
+    async def kill(self, ctl: Controller) -> None:
+        await ctl.stop()
+        await ctl.api.close()
+        self.controllers.remove(ctl)
+
+    async def apply(self, obj: dict) -> dict:
+        kind = KIND_OF[obj["kind"]]
+        ns = obj["metadata"].get("namespace")
+        if kind.namespaced and ns:
+            await self.namespace(ns)
+        if obj["kind"] == "LocalQueue":
+            self.queues.local_queues.add((ns, obj["metadata"]["name"]))
+        created = await self.kube.create(kind, ns, {k: v for k, v in obj.items() if k != "status"})
+        if obj.get("status") and obj["kind"] == "Node":
+            created["status"] = {**obj["status"], "capacity": obj["status"].get("allocatable", {})}
+            created = await self.kube.replace(kind, created, "status")
+        return created
+
+    async def edit(self, kind, namespace: str | None, name: str, fn) -> dict:
+        """Read-modify-write as a user would with kubectl edit, retried on conflict (the
+        controller writes status concurrently)."""
+        from extender.kube import retry_on_conflict
+
+        def change(obj):
+            fn(obj)
+            return obj
+
+        return await retry_on_conflict(lambda: self.kube.get(kind, namespace, name), change,
+                                       lambda body: self.kube.replace(kind, body), attempts=10)
+
+    async def namespace(self, name: str) -> None:
+        if name not in self.queues.namespaces:
+            self.queues.namespaces[name] = {"kubernetes.io/metadata.name": name}
+            try:
+                await self.kube.create(K.NAMESPACES, None, {"metadata": {"name": name}})
+            except Exception as exc:  # noqa: BLE001
+                if getattr(exc, "status", None) != 409:
+                    raise
+
+    async def submit(self, job: dict) -> dict:
+        """Create a Job as kubectl would, after the mutating webhook's change."""
+        ns = job["metadata"].get("namespace", "default")
+        await self.namespace(ns)
+        result = mutate_job(job, self.queues, ManagedJobsConfig(), namespace=ns)
+        body = {k: v for k, v in result.job.items() if k != "status"}
+        body["metadata"] = {k: v for k, v in body["metadata"].items() if k != "annotations" or v}
+        return await self.kube.create(K.JOBS, ns, body)
+
+    # -- reading what the API holds ----------------------------------------------------------------------
+    def job(self, ns: str, name: str) -> dict | None:
+        return self.api.cluster.store.get(R.JOBS.storage_key, (ns, name))
+
+    def workload_of(self, ns: str, name: str) -> dict | None:
+        job = self.job(ns, name)
+        if job is None:
+            return None
+        return self.api.cluster.store.get(R.WORKLOADS.storage_key,
+                                          (ns, W.workload_name(name, job["metadata"]["uid"])))
+
+    def cluster_queue(self, name: str) -> dict:
+        return self.api.cluster.store.get(R.CLUSTER_QUEUES.storage_key, ("", name))
+
+    def running(self, ns: str, name: str) -> bool:
+        job = self.job(ns, name)
+        return job is not None and not job["spec"].get("suspend")
+
+    async def finish_job(self, ns: str, name: str) -> None:
+        """Its pods succeed (the kubelet's part); waits for the job controller to have made them."""
+        jc = self.api.job_controller
+        assert jc is not None
+        done = []
+        await eventually(lambda: done.append(jc.succeed_pods(ns, name)) or sum(done) > 0,
+                         what=f"{ns}/{name} has a running pod")
+
+
+def job_key(obj: dict) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", "default"), obj["metadata"]["name"]
+
+
+async def eventually(cond, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{what}: not met within {timeout}s")

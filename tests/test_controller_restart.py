@@ -1,0 +1,125 @@
+"""A controller killed at a random point and started again, and two replicas handing over the
+Lease: the same final state, and the API's record never over quota."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import random
+
+import pytest
+
+from extender.controller import workload as W
+from tests.controller_support import FAST, Harness, eventually, job_key, scenario
+
+GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
+
+
+async def flame_flow(h: Harness, jobs: list[dict], later: list[dict], timeout: float) -> None:
+    for job in jobs:
+        await h.submit(job)
+    keys = [job_key(j) for j in jobs]
+    await eventually(lambda: all(h.running(*k) for k in keys), timeout, "borrowing phase")
+    a_keys = [job_key(j) for j in later]
+    for job in later:
+        await h.submit(job)
+    await eventually(lambda: all(h.running(*k) for k in a_keys), timeout, "reclaim phase")
+    await eventually(lambda: sum(not h.running(*k) for k in keys if k[0] == "team-c") == 2, timeout, "2 of C out")
+    for k in a_keys:
+        await h.finish_job(*k)
+    await eventually(lambda: all(h.running(*k) for k in keys), timeout, "resume phase")
+
+
+def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) -> None:
+    for k in map(job_key, jobs):
+        job, wl = h.job(*k), h.workload_of(*k)
+        assert not job["spec"]["suspend"] and job["spec"]["template"]["spec"]["nodeSelector"] == GH200
+        assert W.is_true(wl, "QuotaReserved") and W.is_true(wl, "Admitted") and not W.is_true(wl, "Evicted")
+    for k in map(job_key, later):
+        assert W.is_true(h.workload_of(*k), "Finished")
+    # exactly one Workload per Job
+    owners = [wl["metadata"]["ownerReferences"][0]["uid"] for wl in h.api.cluster.store.kind("workloads.kueue.x-k8s.io").values()]
+    assert len(owners) == len(set(owners)) == len(jobs) + len(later)
+    assert h.observer.violations == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_killed_at_a_random_point_and_restarted(seed):
+    rng = random.Random(seed)
+    objects, jobs, later = scenario("flame.yaml")
+    async with Harness(pod_deletion_delay=0.05) as h:
+        for obj in objects:
+            await h.apply(obj)
+        first = await h.controller(identity="first")
+
+        async def killer():
+            await asyncio.sleep(rng.uniform(0.0, 0.6))
+            await h.kill(first)  # cancels whatever it was writing, mid-flight
+            await asyncio.sleep(rng.uniform(0.0, 0.2))
+            await h.controller(identity="second")
+
+        kill = asyncio.create_task(killer())
+        await flame_flow(h, jobs, later, timeout=10)
+        await kill
+        await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
+                         what="status after restart")
+        assert_final_state(h, jobs, later)
+
+
+async def test_restarted_leader_rebuilds_usage_before_admitting():
+    """Admissions recorded by the first controller are restored, not repeated: a new Job that
+    does not fit stays pending after a restart."""
+    objects, jobs, _ = scenario("flame.yaml")
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        first = await h.controller(identity="first")
+        for job in jobs:
+            await h.submit(job)
+        await eventually(lambda: all(h.running(*job_key(j)) for j in jobs), what="six running")
+        await h.kill(first)
+        extra = copy.deepcopy(jobs[-1])
+        extra["metadata"] = {"namespace": "team-c", "name": "c-extra"}
+        extra["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 3  # 2 are free
+        await h.submit(extra)
+        second = await h.controller(identity="second")
+        assert len(second.engine.state.admitted) == 6
+        await eventually(lambda: W.condition(h.workload_of("team-c", "c-extra"), "QuotaReserved") is not None,
+                         what="extra evaluated")
+        assert not h.running("team-c", "c-extra")
+        assert W.condition(h.workload_of("team-c", "c-extra"), "QuotaReserved")["message"] == (
+            "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gh200, "
+            "1 more needed")
+        assert h.observer.violations == []
+
+
+async def test_leader_hand_over():
+    objects, jobs, later = scenario("flame.yaml")
+    opts = dataclasses.replace(FAST, leader_elect=True, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        one = await h.controller(opts, identity="one")
+        two = await h.controller(opts, identity="two")
+        await eventually(lambda: one.leader != two.leader and one.ready and two.ready, what="one leader, one warm follower")
+        leader, follower = (one, two) if one.leader else (two, one)
+        assert follower.synced and follower.engine is None
+        for job in jobs:
+            await h.submit(job)
+        await eventually(lambda: all(h.running(*job_key(j)) for j in jobs), what="admitted by the leader")
+        await eventually(lambda: len(follower.informers["workloads"].list()) == len(jobs), what="follower's cache warm")
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        assert lease["spec"]["holderIdentity"] == leader.identity
+
+        # the leader dies without a word (no lease release): the follower takes over once the lease expires
+        leader.elector.leading = False
+        await h.kill(leader)
+        await eventually(lambda: follower.leader and follower.recovered, timeout=4, what="follower leads")
+        assert len(follower.engine.state.admitted) == len(jobs)
+        for job in later:
+            await h.submit(job)
+        await eventually(lambda: all(h.running(*job_key(j)) for j in later), what="reclaim under the new leader")
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        assert lease["spec"]["holderIdentity"] == follower.identity and lease["spec"]["leaseTransitions"] >= 1
+        assert h.observer.violations == []

@@ -1,0 +1,80 @@
+"""The pure pieces of the controller: Workload from a Job, admission both ways, conditions, the
+pod template edits, queue status."""
+
+from __future__ import annotations
+
+from extender.controller import workload as W
+from extender.controller.status import cluster_queue_status, queue_counts, same_status
+from extender.quota.engine import QuotaEngine
+from extender.quota.model import Admission, ClusterQueueSpec, FlavorSpec, Quota, ResourceGroupSpec
+from gpuqueue.api.base import Toleration
+
+JOB = {"metadata": {"namespace": "ml", "name": "train", "uid": "u-1",
+                    "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+       "spec": {"parallelism": 3, "completions": 2, "suspend": True, "template": {"spec": {
+           "nodeSelector": {"team": "ml"}, "containers": [{"name": "w", "image": "x"}]}}}}
+
+
+def test_workload_from_job():
+    wl = W.build_workload(JOB, 1000, ("high", "scheduling.k8s.io/priorityclass"))
+    assert wl["metadata"]["name"] == W.workload_name("train", "u-1") and wl["metadata"]["name"].startswith("job-train-")
+    assert W.workload_name("train", "u-2") != wl["metadata"]["name"]
+    assert wl["metadata"]["ownerReferences"][0] == {"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                                    "uid": "u-1", "controller": True, "blockOwnerDeletion": True}
+    assert wl["spec"]["podSets"][0]["count"] == 2  # min(parallelism, completions)
+    assert wl["spec"]["priority"] == 1000 and wl["spec"]["priorityClassName"] == "high"
+
+
+def test_admission_round_trip():
+    a = Admission("cq", {"main": {"cpu": "f1", "nvidia.com/gpu": "f2"}},
+                  {("f1", "cpu"): 2500, ("f2", "nvidia.com/gpu"): 4}, {"main": 2}, False)
+    status = W.admission_to_status(a)
+    assert status == {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "main", "flavors": {"cpu": "f1", "nvidia.com/gpu": "f2"},
+         "resourceUsage": {"cpu": "2500m", "nvidia.com/gpu": "4"}, "count": 2}]}
+    back = W.admission_from_status(status)
+    assert (back.cluster_queue, back.flavors, back.usage, back.counts) == (a.cluster_queue, a.flavors, a.usage, a.counts)
+
+
+def test_conditions_keep_their_transition_time_until_the_status_changes():
+    conds = W.set_condition([], "QuotaReserved", "False", "Pending", "a", "t1")
+    conds = W.set_condition(conds, "QuotaReserved", "False", "Pending", "b", "t2")
+    assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["message"] == "b"
+    conds = W.set_condition(conds, "QuotaReserved", "True", "QuotaReserved", "c", "t3")
+    assert conds[0]["lastTransitionTime"] == "t3"
+
+
+def test_flavor_injection_and_restore():
+    flavor = FlavorSpec("gh200", (("nvidia.com/gpu.product", "GH200"),),
+                        tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),))
+    admitted = W.admitted_job(JOB, [flavor])
+    spec = admitted["spec"]["template"]["spec"]
+    assert admitted["spec"]["suspend"] is False
+    assert spec["nodeSelector"] == {"team": "ml", "nvidia.com/gpu.product": "GH200"}
+    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # admitted again (another flavor): starts from the Job's own template, not the injected one
+    again = W.admitted_job(dict(admitted, spec=dict(admitted["spec"], suspend=True)), [FlavorSpec("h100", (("p", "h"),))])
+    assert again["spec"]["template"]["spec"]["nodeSelector"] == {"team": "ml", "p": "h"}
+    assert "tolerations" not in again["spec"]["template"]["spec"]
+    restored = W.restored_job(W.suspended_job(admitted))
+    assert restored["spec"]["template"] == JOB["spec"]["template"]
+    assert W.ORIGINAL_SCHEDULING_ANNOTATION not in restored["metadata"]["annotations"]
+
+
+def test_preemption_message_is_kueues():
+    assert W.preemption_message("w", "j", "InClusterQueue", "/q", "/q") == (
+        "Preempted to accommodate a workload (UID: w, JobUID: j) due to prioritization in the ClusterQueue; "
+        "preemptor path: /q; preemptee path: /q")
+
+
+def test_cluster_queue_status_with_a_missing_flavor():
+    e = QuotaEngine()
+    e.set_cluster_queue(ClusterQueueSpec("cq", resource_groups=(ResourceGroupSpec(("nvidia.com/gpu",), ("gone",)),),
+                                         quotas={("gone", "nvidia.com/gpu"): Quota(4)}))
+    status = cluster_queue_status(e, "cq", queue_counts(e).cq.get("cq"), {})
+    active = status["conditions"][0]
+    assert (active["status"], active["reason"]) == ("False", "FlavorNotFound")
+    assert active["message"] == "Can't admit new workloads: references missing ResourceFlavor(s): [gone]."
+    assert status["flavorsReservation"] == [{"name": "gone", "resources": [
+        {"name": "nvidia.com/gpu", "total": "0", "borrowed": "0"}]}]
+    assert same_status(status, dict(status, conditions=[dict(active, lastTransitionTime="later")]))
