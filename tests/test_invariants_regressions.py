@@ -1,6 +1,6 @@
 """Minimal histories that broke an invariant of tests/test_invariants_engine.py, kept as plain
-tests. Each is xfail(strict=True) until the engine is fixed: when the fix lands the test passes,
-strict xfail turns that into a failure, and the marker comes off."""
+tests: each failed until the engine was fixed (a workload preempted in a pass no longer
+preempts in the same pass; equal priorities compare queue order, not creation)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from tests.strategies.quota_world import CohortW, Q, QueueW, Submit, World
 SHARED = ((("cpu", "nvidia.com/gpu"), ("f0",)),)
 
 
-@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="engine bug: fair-sharing preemption and borrowWithinCohort reclaim "
-                                       "preempt each other in a cycle inside one pass (MAX_ROUNDS reached)")
 def test_no_preemption_cycle_between_fair_sharing_and_borrow_within_cohort():
     # cq-0 (weight 0, so any borrowing makes its share the maximum) sits under c1, which
     # keeps everything at home (lendingLimit 0) and may borrow 2 cpu from c0. A priority-0
@@ -39,9 +37,6 @@ def test_no_preemption_cycle_between_fair_sharing_and_borrow_within_cohort():
     run_history(world, history)
 
 
-@pytest.mark.xfail(strict=True, raises=InvariantViolation,
-                   reason="engine bug: withinClusterQueue LowerOrNewerEqualPriority compares creation times, so a "
-                          "just-preempted workload preempts its equal-priority peers in a cascade within one pass")
 def test_no_cascade_of_equal_priority_preemptions_within_a_cluster_queue():
     # Four priority-0 workloads run in cq-1 (two cpu flavors). Two priority-1 ones arrive and
     # preempt three of them. The victims, requeued at their eviction time, are still "older" by
@@ -64,9 +59,6 @@ def test_no_cascade_of_equal_priority_preemptions_within_a_cluster_queue():
     run_history(world, history)
 
 
-@pytest.mark.xfail(strict=True, raises=InvariantViolation,
-                   reason="engine bug: LessThanInitialShare fair-sharing preemption and borrowWithinCohort "
-                          "reclaim preempt each other in a cycle inside one pass (503 decisions)")
 def test_no_preemption_cycle_between_queues_sharing_a_child_cohort():
     # cq-0 and cq-1 own nothing and live in c1 (lendingLimit 0 on cpu, may borrow 4 from c0,
     # which owns 3 cpu). cq-0 runs a priority-1 borrower of all 3 cpu; a priority-2 arrival in

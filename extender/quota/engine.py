@@ -46,7 +46,9 @@ class QuotaEngine:
         self.state = ClusterState()
         self.pending: dict[str, PendingWorkload] = {}
         self.fair_sharing = fair_sharing
-        self.preemptor = ClassicalPreemptor(self.state, fair_sharing)
+        self._preempted_in_pass: set[str] = set()
+        self.preemptor = ClassicalPreemptor(self.state, fair_sharing, self.pending)
+        self.preemptor.spared = self._preempted_in_pass
         self.preemption_count = 0
         self._epoch = 0  # bumped by every spec change
         self._routed_epoch = -1  # the epoch the queues were built for
@@ -62,7 +64,6 @@ class QuotaEngine:
         self._admissions = 0
         self._seq = 0
         self._now = 0.0
-        self._preempted_in_pass: set[str] = set()
 
     # -- quota objects ---------------------------------------------------------------------
     def _spec_changed(self) -> None:
@@ -153,6 +154,7 @@ class QuotaEngine:
             q = self._queues.get(p.cluster_queue or "")
             if q is not None:
                 q.remove(p)
+                self._ready.add(q.name)  # a StrictFIFO queue may have lost the head that blocked it
         return p
 
     delete = finish
@@ -297,7 +299,7 @@ class QuotaEngine:
     def schedule(self, now: float) -> list[d.Decision]:
         self.advance(now)
         out: list[d.Decision] = []
-        self._preempted_in_pass: set[str] = set()
+        self._preempted_in_pass.clear()
         if self._routed_epoch != self._epoch:
             self._reroute(out)
         limit = MAX_ROUNDS_PER_WORKLOAD * (len(self.pending) + 1)
@@ -416,8 +418,9 @@ class QuotaEngine:
         if mode == fa.PREEMPT:
             if self.fair_sharing is not None:
                 self.fair_sharing.protection_ends = None
-            # A workload preempted in this pass does not preempt in it: that is how two
-            # policies (fair sharing, borrowWithinCohort) would otherwise chase each other.
+            # A workload preempted in this pass neither preempts in it nor (if it got back in)
+            # is preempted again: otherwise two policies (fair sharing, borrowWithinCohort) or
+            # equal priorities could chase each other round and round within one instant.
             targets = [] if p.spec.key in self._preempted_in_pass else self._targets(p.spec, g.cq, a)
             if targets:
                 victims = tuple(t.victim.spec.key for t in targets)

@@ -267,6 +267,8 @@ class FlavorAssigner:
         node = self.node
         flavor, res = fr
         val = assumed + request
+        if val == 0:
+            return P_FIT, 0, []  # asks for none of it: no quota, used up or not, stands in the way
         max_capacity = node.potential_available(fr)
         if val > max_capacity:
             return P_NO_FIT, 0, [

@@ -62,10 +62,16 @@ def _recency_key(w: "AdmittedWorkload") -> tuple:
 class ClassicalPreemptor:
     """Kueue's preemptor; with fair sharing on, target search goes to `fair.targets`."""
 
-    def __init__(self, state: "ClusterState", fair=None) -> None:
+    def __init__(self, state: "ClusterState", fair=None, pending: dict | None = None) -> None:
         self.state = state
         self.fair = fair
         self.now = 0.0
+        self.pending = pending if pending is not None else {}  # key -> PendingWorkload (queue order)
+        self.spared: set[str] = set()  # workloads not to be chosen again (preempted once already now)
+
+    def queue_ts(self, wl: WorkloadSpec) -> tuple[float, int]:
+        p = self.pending.get(wl.key)
+        return p.queue_ts if p is not None else (wl.created, wl.seq)
 
     # -- candidates -------------------------------------------------------------
     def _own_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
@@ -76,9 +82,9 @@ class ClassicalPreemptor:
             return
         same = wl.priority if policy == "LowerOrNewerEqualPriority" else None
         for cand in self.state.most_recent_first(cq_name, below=wl.priority, at=same):
-            if cand.spec.priority == wl.priority and not wl_before(wl, cand):
+            if cand.spec.priority == wl.priority and not wl_before(self.queue_ts(wl), cand):
                 continue
-            if uses_resources(cand, frs):
+            if uses_resources(cand, frs) and cand.spec.key not in self.spared:
                 yield cand
 
     def _cohort_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
@@ -98,7 +104,7 @@ class ClassicalPreemptor:
                 stream = state.most_recent_first(other.name)
             else:
                 stream = state.most_recent_first(other.name, below=below)
-            streams.append(c for c in stream if uses_resources(c, frs))
+            streams.append(c for c in stream if uses_resources(c, frs) and c.spec.key not in self.spared)
         if len(streams) == 1:
             yield from streams[0]
         else:
@@ -215,6 +221,7 @@ class ClassicalPreemptor:
         return fa.P_RECLAIM, borrow
 
 
-def wl_before(a: WorkloadSpec, b: "AdmittedWorkload") -> bool:
-    """Is `a` ahead of the admitted `b` in queue order (older)?"""
-    return (a.created, a.seq) < (b.spec.created, b.spec.seq)
+def wl_before(a_queue_ts: tuple[float, int], b: "AdmittedWorkload") -> bool:
+    """Is a workload queued at `a_queue_ts` ahead of the admitted `b` in queue order? Queue
+    order, not creation: a workload requeued after preemption is the newer one."""
+    return a_queue_ts < b.queue_ts
