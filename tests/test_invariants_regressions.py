@@ -1,6 +1,6 @@
 """Minimal histories that broke an invariant of tests/test_invariants_engine.py, kept as plain
-tests: each failed until the engine was fixed (a workload preempted in a pass no longer
-preempts in the same pass; equal priorities compare queue order, not creation)."""
+tests: each failed until the engine was fixed (a workload preempted in a pass neither
+preempts nor is preempted again in the same pass)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ class QuotaEngine:
         self.pending: dict[str, PendingWorkload] = {}
         self.fair_sharing = fair_sharing
         self._preempted_in_pass: set[str] = set()
-        self.preemptor = ClassicalPreemptor(self.state, fair_sharing, self.pending)
+        self.preemptor = ClassicalPreemptor(self.state, fair_sharing)
         self.preemptor.spared = self._preempted_in_pass
         self.preemption_count = 0
         self._epoch = 0  # bumped by every spec change

@@ -62,16 +62,11 @@ def _recency_key(w: "AdmittedWorkload") -> tuple:
 class ClassicalPreemptor:
     """Kueue's preemptor; with fair sharing on, target search goes to `fair.targets`."""
 
-    def __init__(self, state: "ClusterState", fair=None, pending: dict | None = None) -> None:
+    def __init__(self, state: "ClusterState", fair=None) -> None:
         self.state = state
         self.fair = fair
         self.now = 0.0
-        self.pending = pending if pending is not None else {}  # key -> PendingWorkload (queue order)
         self.spared: set[str] = set()  # workloads not to be chosen again (preempted once already now)
-
-    def queue_ts(self, wl: WorkloadSpec) -> tuple[float, int]:
-        p = self.pending.get(wl.key)
-        return p.queue_ts if p is not None else (wl.created, wl.seq)
 
     # -- candidates -------------------------------------------------------------
     def _own_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
@@ -82,7 +77,7 @@ class ClassicalPreemptor:
             return
         same = wl.priority if policy == "LowerOrNewerEqualPriority" else None
         for cand in self.state.most_recent_first(cq_name, below=wl.priority, at=same):
-            if cand.spec.priority == wl.priority and not wl_before(self.queue_ts(wl), cand):
+            if cand.spec.priority == wl.priority and not wl_before(wl, cand):
                 continue
             if uses_resources(cand, frs) and cand.spec.key not in self.spared:
                 yield cand
@@ -221,7 +216,7 @@ class ClassicalPreemptor:
         return fa.P_RECLAIM, borrow
 
 
-def wl_before(a_queue_ts: tuple[float, int], b: "AdmittedWorkload") -> bool:
-    """Is a workload queued at `a_queue_ts` ahead of the admitted `b` in queue order? Queue
-    order, not creation: a workload requeued after preemption is the newer one."""
-    return a_queue_ts < b.queue_ts
+def wl_before(a: WorkloadSpec, b: "AdmittedWorkload") -> bool:
+    """Was `a` created before the admitted `b`? (Kueue compares creation here, also for a
+    workload requeued after preemption; a cascade within one pass is prevented by `spared`.)"""
+    return (a.created, a.seq) < (b.spec.created, b.spec.seq)
