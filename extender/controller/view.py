@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from extender.controller import workload as W
 from extender.placement.cache import NodeCache
-from extender.placement.kube import InvalidObject, KubeToleration, Pod, job_key, node_info_from_dict, pod_requests, split_gpus
-from extender.placement.kube import tolerations as to_tolerations
+from extender.placement.kube import InvalidObject, job_key, node_info_from_dict, pod_gpus
+from gpuqueue.api.base import Toleration
+from gpuqueue.api.core import Pod
 from extender.placement.model import FlavorSelector
 from extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
 
@@ -56,7 +57,7 @@ class ControllerClusterView:
             self._nodes.release(uid)
         elif node:
             try:
-                gpus, rest = split_gpus(pod_requests(pod.spec))
+                gpus, rest = pod_gpus(pod.spec)
             except InvalidObject:
                 return
             self._nodes.bind(uid, node, gpus, rest, job_key(pod.metadata))
@@ -87,7 +88,7 @@ class ControllerClusterView:
             spec = obj.get("spec") or {}
             labels.update(spec.get("nodeLabels") or {})
             tolerations.extend(spec.get("tolerations") or ())
-        tols = to_tolerations(KubeToleration.model_validate(t) for t in tolerations)
+        tols = tuple(Toleration.model_validate(t).to_spec() for t in tolerations)
         return Admitted(FlavorSelector.of(",".join(names), labels, tols), key)
 
     def pod_by_uid(self, uid: str) -> PodRef | None:

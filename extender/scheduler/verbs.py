@@ -68,7 +68,7 @@ def filter_verb(body: bytes, view: ClusterView) -> dict:
             if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
                 view.nodes.reserve(pod.uid, passed[0], pod.gpus, pod.requests, pod.job_key)
     except BadRequest as exc:
-        log.warning("filter: %s", exc)
+        log.warning("filter: %s", str(exc))
         return filter_error(str(exc))
     if raws is not None:
         return filter_result(node_items=[raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
@@ -86,7 +86,7 @@ def prioritize_verb(body: bytes, view: ClusterView) -> bytes | list[dict] | dict
     except BadRequest as exc:
         # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
         # decode, which is what we want, and the body still says why.
-        log.warning("prioritize: %s", exc)
+        log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
     scores = extender_scores(pod, names, view.nodes)
     if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
@@ -102,7 +102,7 @@ def preempt_verb(body: bytes, view: ClusterView) -> dict:
         if args.NodeNameToVictims is None and args.NodeNameToMetaVictims is None:
             raise BadRequest("ExtenderPreemptionArgs has neither NodeNameToVictims nor NodeNameToMetaVictims")
     except BadRequest as exc:
-        log.warning("preempt: %s", exc)
+        log.warning("preempt: %s", str(exc))
         return preemption_result({}, str(exc))  # no victims: nothing is evicted
     if isinstance(view.workload_for(args.Pod.metadata), NotAdmitted):
         return preemption_result({})  # a pod without quota may not evict anyone

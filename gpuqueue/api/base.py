@@ -19,7 +19,8 @@ def _parse_cached(raw: str | int) -> Quantity:
 
 def _parse_quantity(raw: Any) -> Quantity:
     # Requests repeat the same few strings ("1", "4Gi"); Fraction arithmetic is the slow part.
-    if type(raw) in (str, int, bool):
+    # Only short ones are remembered: a hostile body must not fill the cache with megabytes.
+    if (type(raw) is str and len(raw) <= 32) or (type(raw) in (int, bool) and -(10**18) < raw < 10**18):
         return _parse_cached(raw)
     return Quantity.parse(raw)
 
