@@ -203,14 +203,7 @@ class FairSharing:
                     targets.append(Target(victim, IN_COHORT_FAIR_SHARING))
                     if workload_fits(state, cq_name, request, True):
                         fits = True
-        if not fits:
-            for t in targets:
-                state.add_usage(t.victim)
-            return []
-        targets = preemptor.fill_back(cq_name, request, targets, True)
-        for t in targets:
-            state.add_usage(t.victim)
-        return targets
+        return preemptor.conclude(cq_name, request, targets, fits, True)
 
 
     def _protected(self, victim: "AdmittedWorkload", now: float) -> bool:

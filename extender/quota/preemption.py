@@ -175,13 +175,21 @@ class ClassicalPreemptor:
             if workload_fits(state, cq_name, request, allow_borrowing):
                 fits = True
                 break
-        if not fits:
-            for t in targets:
-                state.add_usage(t.victim)
-            return []
-        targets = self.fill_back(cq_name, request, targets, allow_borrowing)
+        return self.conclude(cq_name, request, targets, fits, allow_borrowing)
+
+    def conclude(
+        self, cq_name: str, request: dict[FlavorResource, int], targets: list[Target], fits: bool, allow_borrowing: bool
+    ) -> list[Target]:
+        """End a search whose targets' usage is still removed from the tree: give it back, and
+        return the minimal set (or nothing when the workload did not fit)."""
+        if fits:
+            targets = self.fill_back(cq_name, request, targets, allow_borrowing)
+        else:
+            targets, undo = [], targets
+            for t in undo:
+                self.state.add_usage(t.victim)
         for t in targets:
-            state.add_usage(t.victim)
+            self.state.add_usage(t.victim)
         return targets
 
     def fill_back(

@@ -18,6 +18,14 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
+def _renamed(data: Any, old: str, new: str) -> Any:
+    """An older API version's field name read as the v1beta2 one."""
+    if isinstance(data, dict) and old in data and new not in data:
+        data = dict(data)
+        data[new] = data.pop(old)
+    return data
+
+
 class ResourceFlavorSpec(KubeModel):
     node_labels: dict[str, str] = Field(default_factory=dict)
     node_taints: list[Taint] = Field(default_factory=list)
@@ -104,10 +112,7 @@ class ClusterQueueSpec(KubeModel):
     @model_validator(mode="before")
     @classmethod
     def _v1beta1_cohort(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "cohort" in data and "cohortName" not in data:
-            data = dict(data)
-            data["cohortName"] = data.pop("cohort")
-        return data
+        return _renamed(data, "cohort", "cohortName")
 
 
 class ClusterQueue(KubeModel):
@@ -125,10 +130,7 @@ class CohortSpec(KubeModel):
     @model_validator(mode="before")
     @classmethod
     def _v1alpha1_parent(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "parent" in data and "parentName" not in data:
-            data = dict(data)
-            data["parentName"] = data.pop("parent")
-        return data
+        return _renamed(data, "parent", "parentName")
 
 
 class Cohort(KubeModel):
