@@ -166,7 +166,7 @@ class QuotaEngine:
         if w is None:
             return None
         self._bump(w.admission.cluster_queue, freed=True)
-        p = PendingWorkload(spec=w.spec, queue_ts=(now, self.next_seq()), requeued=True)
+        p = PendingWorkload(spec=w.spec, queue_ts=(now, self.next_seq()))
         p.cluster_queue = w.admission.cluster_queue
         self._enqueue(p)
         return p
@@ -186,10 +186,6 @@ class QuotaEngine:
     def usage(self, cq: str) -> dict[tuple[str, str], int]:
         node = None if self._tree_dirty else self.state.cq_nodes.get(cq)
         return dict(node.usage) if node is not None else self.state.cq_usage(cq)
-
-    def cluster_queue_of(self, wl: WorkloadSpec) -> str | None:
-        lq = self.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-        return lq.cluster_queue if lq else None
 
     # -- bookkeeping for re-evaluation -----------------------------------------------------
     def _root_id(self, cq: str) -> int:

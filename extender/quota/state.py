@@ -25,7 +25,6 @@ class PendingWorkload:
     reason: str = "Pending"
     cluster_queue: str | None = None
     evaluated: bool = False
-    requeued: bool = False  # preempted or evicted at least once
 
     def order_key(self) -> tuple:
         return (-self.spec.priority, self.queue_ts)
@@ -48,9 +47,6 @@ class ClusterState:
     cycle_cohorts: set[str] = field(default_factory=set)
 
     # -- workloads holding quota -------------------------------------------------------
-    def admitted_in(self, cq: str) -> list[AdmittedWorkload]:
-        return list(self.admitted_by_cq.get(cq, {}).values())
-
     def add_usage(self, w: AdmittedWorkload) -> None:
         node = self.cq_nodes.get(w.admission.cluster_queue)
         if node is not None:
