@@ -78,3 +78,23 @@ def test_cluster_queue_status_with_a_missing_flavor():
     assert status["flavorsReservation"] == [{"name": "gone", "resources": [
         {"name": "nvidia.com/gpu", "total": "0", "borrowed": "0"}]}]
     assert same_status(status, dict(status, conditions=[dict(active, lastTransitionTime="later")]))
+
+
+def test_cluster_queue_status_publishes_the_weighted_share_under_fair_sharing():
+    from extender.quota.fairsharing import FairSharing
+    from extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
+
+    e = QuotaEngine(fair_sharing=FairSharing())
+    e.set_flavor(FlavorSpec("gh200"))
+    e.set_cohort(CohortSpec("pool", quotas={("gh200", "nvidia.com/gpu"): Quota(8)}))
+    for name in ("a", "b"):
+        e.set_cluster_queue(ClusterQueueSpec(name, cohort="pool", namespace_selector={},
+                                             resource_groups=(ResourceGroupSpec(("nvidia.com/gpu",), ("gh200",)),),
+                                             quotas={("gh200", "nvidia.com/gpu"): Quota(0)}))
+        e.set_local_queue(LocalQueueSpec(name, "lq", name))
+    e.submit(WorkloadSpec("a/j", "a", "lq", (PodSetSpec("main", 1, {"nvidia.com/gpu": 2}),)))
+    e.schedule(0.0)
+    status = cluster_queue_status(e, "a", queue_counts(e).cq.get("a"), {})
+    assert status["fairSharing"] == {"weightedShare": 250}  # 2 of 8 lendable GPUs borrowed
+    assert cluster_queue_status(e, "b", queue_counts(e).cq.get("b"), {})["fairSharing"] == {"weightedShare": 0}
+    assert "fairSharing" not in cluster_queue_status(QuotaEngine(), "a", None, {})

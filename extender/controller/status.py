@@ -110,7 +110,7 @@ def cluster_queue_status(engine: QuotaEngine, cq: str, counts: Counts | None, ol
         active = ("False", "Unknown", "Can't admit new workloads.")
     else:
         active = cluster_queue_active(engine, cq)
-    return {
+    status = {
         "pendingWorkloads": counts.pending,
         "reservingWorkloads": counts.reserving,
         "admittedWorkloads": counts.reserving,
@@ -118,6 +118,10 @@ def cluster_queue_status(engine: QuotaEngine, cq: str, counts: Counts | None, ol
         "flavorsUsage": usage,
         "conditions": _active(old, *active, generation),
     }
+    node = engine.state.cq_nodes.get(cq)
+    if engine.fair_sharing is not None and node is not None and node.parent is not None:
+        status["fairSharing"] = {"weightedShare": engine.fair_sharing.share(node)}
+    return status
 
 
 def local_queue_status(engine: QuotaEngine, lq: dict, counts: Counts | None, old: dict) -> dict:
