@@ -187,3 +187,26 @@ def test_the_comparison_would_catch_an_extra_verb(monkeypatch):
     extra = access.ApiAccess("extender", "", "pods", frozenset({"delete"}), "test")
     monkeypatch.setattr(access, "API_ACCESS", access.API_ACCESS + (extra,))
     assert ("gpuqueue-extender", "cluster", "", "pods", "", "delete") in declared() - granted()
+
+
+def test_install_docs_list_exactly_the_declared_permissions():
+    """docs/install.md's table under "Permissions (RBAC)" says what access.py says."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "install.md").read_text()
+    section = text.split("## Permissions (RBAC)", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or cells[0].startswith(("component", "---")):
+            continue
+        component, group, resources, names, verbs, where = cells
+        for resource in resources.split(", "):
+            for verb in verbs.split(", "):
+                documented.add((component.split()[0], "" if group == "core" else group, resource, names,
+                                verb, where))
+    expected = {(a.component, a.group, a.resource, ", ".join(a.resource_names), verb,
+                 NS if a.install_namespace else "cluster") for a in access.API_ACCESS for verb in a.verbs}
+    assert len(documented) > 20
+    assert sorted(documented - expected) == [], "documented but not in gpuqueue/access.py"
+    assert sorted(expected - documented) == [], "in gpuqueue/access.py but not in docs/install.md"
