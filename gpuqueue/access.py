@@ -1,14 +1,18 @@
 """Every Kubernetes API call gpuqueue makes, declared in one table.
 
 The installed RBAC (manifests/rbac/) must grant exactly these permissions, no more and no fewer:
-tests/test_manifests_rbac.py compares the two. Code that talks to the API server declares each
-call here and checks it with `require(...)` in its client wrapper, so a call that is not in the
-table fails in tests instead of failing with 403 on a cluster, and a permission nobody calls any
-more shows up as a table entry that can be deleted.
+tests/test_manifests_rbac.py compares the two. The table itself is checked against what the code
+does: tests record every request each component makes to the API server stand-in
+(gpuqueue/testing/) in its end-to-end scenarios and assert that each call is declared here and
+each verb declared here is made (tests/test_access_extender.py, tests/test_webhook_cluster.py,
+tests/test_certs_ensure.py). A call missing here fails those tests instead of failing with 403
+on a cluster; a permission nobody uses any more fails them too, so it cannot linger in RBAC.
+`require(...)` lets a client wrapper refuse an undeclared call before making it.
 
 `component` is the process that makes the call; the manifests map components to ServiceAccounts
 (gpuqueue-webhook runs `webhook` and its `certs` init container, gpuqueue-extender runs
-`extender`, gpuqueue-certs runs the `certs` renewal CronJob).
+`extender`, gpuqueue-certs runs the `certs` renewal CronJob). `explain` is a command people run
+with their own credentials; the manifests ship its ClusterRole unbound.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ WEBHOOK_CONFIGURATION = "gpuqueue"
 LEADER_ELECTION_LEASE = "gpuqueue-extender"
 
 KUEUE = "kueue.x-k8s.io"
-COMPONENTS = ("webhook", "extender", "certs")
+COMPONENTS = ("webhook", "extender", "certs", "explain")
+# Components people run with their own credentials: a ClusterRole gpuqueue-COMPONENT each, unbound.
+USER_COMPONENTS = ("explain",)
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,6 @@ def _a(component, group, resource, verbs, why, **kw) -> ApiAccess:
     return ApiAccess(component, group, resource, frozenset(verbs.split()), why, **kw)
 
 
-WATCH = "get list watch"
 LIST_WATCH = "list watch"  # informer-style: list, then watch from the list's resourceVersion
 
 API_ACCESS: tuple[ApiAccess, ...] = (
@@ -55,26 +60,34 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("certs", "", "secrets", "get update", "read and renew the certs Secret", install_namespace=True, resource_names=(CERTS_SECRET,)),
     _a("certs", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
     _a("certs", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
-    # extender: controller and scheduler extender over one watch cache
-    _a("extender", "batch", "jobs", WATCH + " update patch", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
-    _a("extender", "batch", "jobs/finalizers", "update", "own Workloads with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
-    _a("extender", KUEUE, "workloads", WATCH + " create update patch", "one Workload per managed Job"),
-    _a("extender", KUEUE, "workloads/status", "get update patch", "admission, conditions"),
-    _a("extender", KUEUE, "clusterqueues", WATCH, "quota"),
-    _a("extender", KUEUE, "clusterqueues/status", "get update patch", "pending/admitted counts, usage, Active condition"),
-    _a("extender", KUEUE, "localqueues", WATCH, "queue lookup"),
-    _a("extender", KUEUE, "localqueues/status", "get update patch", "pending/admitted counts, usage"),
-    _a("extender", KUEUE, "cohorts", WATCH, "cohort quota and hierarchy"),
-    _a("extender", KUEUE, "cohorts/status", "get update patch", "fair sharing state"),
-    _a("extender", KUEUE, "resourceflavors", WATCH, "flavors' node labels and tolerations"),
-    _a("extender", KUEUE, "workloadpriorityclasses", WATCH, "workload priority"),
-    _a("extender", "scheduling.k8s.io", "priorityclasses", WATCH, "pod priority as workload priority"),
-    _a("extender", "", "namespaces", WATCH, "ClusterQueue namespaceSelector"),
-    _a("extender", "", "nodes", WATCH, "node capacity for /filter and /prioritize"),
-    _a("extender", "", "pods", WATCH, "GPUs requested by bound pods; victims' pods gone"),
-    _a("extender", "", "events", "create patch", "queued/admitted/preempted/resumed Events on Jobs"),
+    # extender: controller and scheduler extender over one watch cache. Every write is a
+    # read-modify-write (PUT) of the cached object; `get` is the fresh read after a 409 Conflict.
+    # tests/test_access_extender.py records the calls of the controller's scenarios and checks
+    # each verb here is made and nothing else is.
+    _a("extender", "batch", "jobs", LIST_WATCH + " get update", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
+    _a("extender", "batch", "jobs/finalizers", "update", "create Workloads owned by a Job with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
+    _a("extender", KUEUE, "workloads", LIST_WATCH + " get create delete", "one Workload per managed Job; deleted with its Job at once, before the garbage collector"),
+    _a("extender", KUEUE, "workloads/status", "update", "admission, conditions"),
+    _a("extender", KUEUE, "clusterqueues", LIST_WATCH + " get", "quota"),
+    _a("extender", KUEUE, "clusterqueues/status", "update", "pending/admitted counts, usage, Active condition"),
+    _a("extender", KUEUE, "localqueues", LIST_WATCH + " get", "queue lookup"),
+    _a("extender", KUEUE, "localqueues/status", "update", "pending/admitted counts, usage"),
+    _a("extender", KUEUE, "cohorts", LIST_WATCH, "cohort quota and hierarchy"),
+    _a("extender", KUEUE, "resourceflavors", LIST_WATCH, "flavors' node labels and tolerations"),
+    _a("extender", KUEUE, "workloadpriorityclasses", LIST_WATCH, "workload priority"),
+    _a("extender", "scheduling.k8s.io", "priorityclasses", LIST_WATCH, "pod priority as workload priority"),
+    _a("extender", "", "namespaces", LIST_WATCH, "ClusterQueue namespaceSelector"),
+    _a("extender", "", "nodes", LIST_WATCH, "node capacity for /filter and /prioritize"),
+    _a("extender", "", "pods", LIST_WATCH, "GPUs requested by bound pods; victims' pods gone"),
+    _a("extender", "", "events", "create", "CreatedWorkload/QuotaReserved/Preempted/... Events on Jobs (each a new Event)"),
     _a("extender", "coordination.k8s.io", "leases", "create", "leader election: first start", install_namespace=True),
-    _a("extender", "coordination.k8s.io", "leases", "get update", "leader election", install_namespace=True, resource_names=(LEADER_ELECTION_LEASE,)),
+    _a("extender", "coordination.k8s.io", "leases", "get update", "leader election: renew, take over, release", install_namespace=True, resource_names=(LEADER_ELECTION_LEASE,)),
+    # explain: `gpuqueue explain NAMESPACE/JOB`, run by a person with their own credentials
+    # (ClusterRole gpuqueue-explain, bound by the operator to whom they choose)
+    _a("explain", "batch", "jobs", "get", "the Job asked about"),
+    _a("explain", KUEUE, "workloads", "get list", "its Workload; the other Workloads of its ClusterQueue"),
+    _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
+    _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish"),
 )
 
 

@@ -3,6 +3,11 @@ gpuqueue/access.py: no wildcard, no verb nobody calls, nothing missing.
 
 Which components a ServiceAccount runs is read from the manifests themselves: the first argument
 of every container of every pod that uses it (`gpuqueue webhook ...`, `gpuqueue certs ensure ...`).
+Components people run with their own credentials (`gpuqueue explain`) get a ClusterRole
+gpuqueue-COMPONENT that the install binds to nobody.
+
+Whether gpuqueue/access.py itself is true to the code is checked by recording the calls each
+component makes (tests/test_access_extender.py and the webhook and certs tests).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from manifests.tools import render
 OBJECTS = render.build()
 NS = access.INSTALL_NAMESPACE
 
-# (serviceaccount, scope, group, resource, resourceName or "", verb); scope is "cluster" or a namespace
+# (subject, scope, group, resource, resourceName or "", verb); scope is "cluster" or a namespace; the
+# subject is a ServiceAccount, or "unbound ClusterRole NAME" for a user component's role
 Grant = tuple[str, str, str, str, str, str]
 
 
@@ -48,11 +54,20 @@ def expand(sa: str, scope: str, rules: list[dict]) -> set[Grant]:
     return grants
 
 
+def bindings() -> list[dict]:
+    return [o for o in OBJECTS if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+
+
+def unbound_cluster_roles() -> list[str]:
+    bound = {b["roleRef"]["name"] for b in bindings() if b["roleRef"]["kind"] == "ClusterRole"}
+    return [o["metadata"]["name"] for o in OBJECTS if o["kind"] == "ClusterRole" and o["metadata"]["name"] not in bound]
+
+
 def granted() -> set[Grant]:
     grants = set()
-    for obj in OBJECTS:
-        if obj["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
-            continue
+    for name in unbound_cluster_roles():
+        grants |= expand(f"unbound ClusterRole {name}", "cluster", rules_of("ClusterRole", name, None))
+    for obj in bindings():
         ref = obj["roleRef"]
         namespace = obj["metadata"].get("namespace")
         scope = namespace if obj["kind"] == "RoleBinding" else "cluster"
@@ -65,7 +80,10 @@ def granted() -> set[Grant]:
 
 def declared() -> set[Grant]:
     grants = set()
-    for sa, components in components_by_serviceaccount().items():
+    subjects = dict(components_by_serviceaccount())
+    for component in access.USER_COMPONENTS:
+        subjects[f"unbound ClusterRole gpuqueue-{component}"] = {component}
+    for sa, components in subjects.items():
         for a in access.API_ACCESS:
             if a.component in components:
                 scope = NS if a.install_namespace else "cluster"
@@ -82,6 +100,14 @@ def test_components_run_by_each_serviceaccount():
         "gpuqueue-certs": {"certs"},
     }
     assert set(access.COMPONENTS) == {a.component for a in access.API_ACCESS}
+    run_by_pods = set().union(*components_by_serviceaccount().values())
+    assert run_by_pods.isdisjoint(access.USER_COMPONENTS)
+    assert run_by_pods | set(access.USER_COMPONENTS) == set(access.COMPONENTS)
+
+
+def test_user_components_get_a_cluster_role_bound_to_nobody():
+    assert unbound_cluster_roles() == [f"gpuqueue-{c}" for c in access.USER_COMPONENTS] == ["gpuqueue-explain"]
+    assert not any(a.install_namespace for a in access.API_ACCESS if a.component in access.USER_COMPONENTS)
 
 
 def test_no_wildcards_anywhere():
@@ -108,11 +134,47 @@ def test_secrets_and_leases_only_in_the_install_namespace():
     assert not any(sa == "gpuqueue-extender" and res == "secrets" for sa, _s, _g, res, _n, _v in granted())
 
 
+def test_the_deployed_extender_elects_its_leader_where_the_role_grants_the_lease():
+    """The Lease namespace and name the extender's Deployment runs with, as its command line parses
+    them, are those the Role grants (a Lease in kube-system would be refused with 403)."""
+    import argparse
+
+    from extender import command
+
+    deployment = next(o for o in OBJECTS if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpuqueue-extender")
+    container = next(c for c in render.pod_specs(deployment)[0]["containers"] if c["args"][0] == "extender")
+    env = {}
+    for var in container.get("env", []):
+        if "valueFrom" in var:
+            assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
+            env[var["name"]] = deployment["metadata"]["namespace"]
+        else:
+            env[var["name"]] = var["value"]
+    parser = argparse.ArgumentParser()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("POD_NAMESPACE", raising=False)
+        for k, v in env.items():
+            mp.setenv(k, v)
+        command.add_parser(parser.add_subparsers())
+        args = parser.parse_args(container["args"])
+    assert args.leader_elect
+    from extender.controller.controller import Options
+
+    assert (args.lease_namespace, Options().lease_name) == (NS, access.LEADER_ELECTION_LEASE)
+    role_grants = {(sa, scope, name, verb) for sa, scope, _g, res, name, verb in granted() if res == "leases"}
+    assert ("gpuqueue-extender", args.lease_namespace, Options().lease_name, "update") in role_grants
+
+
 def test_require_refuses_an_undeclared_call():
-    access.require("extender", "batch", "jobs", "patch")
+    access.require("extender", "batch", "jobs", "update")
     access.require("certs", "", "secrets", "get", namespace=NS, name=access.CERTS_SECRET)
     with pytest.raises(access.UndeclaredApiAccess, match="delete batch/jobs"):
         access.require("extender", "batch", "jobs", "delete")
+    with pytest.raises(access.UndeclaredApiAccess, match="patch batch/jobs"):
+        access.require("extender", "batch", "jobs", "patch")
+    with pytest.raises(access.UndeclaredApiAccess):
+        access.require("extender", "coordination.k8s.io", "leases", "update", namespace="kube-system",
+                       name=access.LEADER_ELECTION_LEASE)
     with pytest.raises(access.UndeclaredApiAccess):
         access.require("certs", "", "secrets", "get", namespace=NS, name="someone-elses-secret")
     with pytest.raises(access.UndeclaredApiAccess):
@@ -125,3 +187,26 @@ def test_the_comparison_would_catch_an_extra_verb(monkeypatch):
     extra = access.ApiAccess("extender", "", "pods", frozenset({"delete"}), "test")
     monkeypatch.setattr(access, "API_ACCESS", access.API_ACCESS + (extra,))
     assert ("gpuqueue-extender", "cluster", "", "pods", "", "delete") in declared() - granted()
+
+
+def test_install_docs_list_exactly_the_declared_permissions():
+    """docs/install.md's table under "Permissions (RBAC)" says what access.py says."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "install.md").read_text()
+    section = text.split("## Permissions (RBAC)", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or cells[0].startswith(("component", "---")):
+            continue
+        component, group, resources, names, verbs, where = cells
+        for resource in resources.split(", "):
+            for verb in verbs.split(", "):
+                documented.add((component.split()[0], "" if group == "core" else group, resource, names,
+                                verb, where))
+    expected = {(a.component, a.group, a.resource, ", ".join(a.resource_names), verb,
+                 NS if a.install_namespace else "cluster") for a in access.API_ACCESS for verb in a.verbs}
+    assert len(documented) > 20
+    assert sorted(documented - expected) == [], "documented but not in gpuqueue/access.py"
+    assert sorted(expected - documented) == [], "in gpuqueue/access.py but not in docs/install.md"
