@@ -17,13 +17,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("extender", help="run the controller and the scheduler extender endpoints")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--config", type=Path, default=None,
-                   help="Kueue Configuration YAML (manageJobsWithoutQueueName, managedJobsNamespaceSelector)")
+                   help="Kueue Configuration YAML (fairSharing, manageJobsWithoutQueueName, managedJobsNamespaceSelector)")
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
     p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (HTTP)")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
-    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "kube-system"))
+    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"))
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
     p.add_argument("--burst", type=int, default=200)
     p.add_argument("--insecure-http", action="store_true", help="serve the extender over plain HTTP (tests)")
@@ -46,19 +46,24 @@ async def load_client(kubeconfig: str | None):
     return client.ApiClient(cfg)
 
 
-def _managed_jobs(path: Path | None):
-    from webhook.mutation import ManagedJobsConfig
-
-    if path is None:
-        return ManagedJobsConfig()
+def load_configuration(path: Path | None):
+    """Kueue's Configuration file; ValueError naming the problem when it cannot be used."""
     import yaml
+    from pydantic import ValidationError
 
     from gpuqueue.api import kueue
 
-    cfg = kueue.Configuration.model_validate(yaml.safe_load(path.read_text()) or {})
-    selector = cfg.managed_jobs_namespace_selector
-    return ManagedJobsConfig(manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
-                             **({"managed_jobs_namespace_selector": selector.to_dict()} if selector else {}))
+    if path is None:
+        return kueue.Configuration()
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        return kueue.Configuration.model_validate(doc)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"--config {path}: {where}: {err['msg']}") from None
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -70,9 +75,19 @@ async def serve(args: argparse.Namespace) -> int:
     if args.cert_dir is None and not args.insecure_http:
         print("gpuqueue extender: --cert-dir is required (or --insecure-http)", file=sys.stderr)
         return 2
+    from extender.quota.convert import fair_sharing_spec
+    from webhook.mutation import ManagedJobsConfig
+
+    try:
+        cfg = load_configuration(args.config)
+        managed = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
+    except ValueError as exc:
+        print(f"gpuqueue extender: {exc}", file=sys.stderr)
+        return 2
     api = await load_client(args.kubeconfig)
     options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
-                      lease_namespace=args.lease_namespace, managed_jobs=_managed_jobs(args.config))
+                      lease_namespace=args.lease_namespace, managed_jobs=managed,
+                      fair_sharing=fair_sharing_spec(cfg))
     identity = f"{socket.gethostname()}_{os.getpid()}"
     ctl = Controller(api, options, identity=identity)
     view = ControllerClusterView(ctl)

@@ -127,6 +127,7 @@ class Harness:
         self.client = client.ApiClient(self.api.client_configuration())
         self.kube = KubeApi(self.client, qps=10000, burst=10000)
         self.queues = StaticQueueView()
+        await self.namespace("gpuqueue-system")  # the install creates it; the Lease lives there
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -111,3 +111,38 @@ async def test_flame_borrow_reclaim_resume():
         await eventually(lambda: {"CreatedWorkload", "Started", "Preempted", "Resumed"} <= reasons(),
                          what="events on the Jobs")
         assert ctl.ready
+
+
+async def test_flame_fair_sharing_from_the_configuration():
+    """The Configuration's fairSharing reaches the live engine: when D submits, three of C's
+    borrowed jobs are preempted for InCohortFairSharing and C and D hold 3 GPUs each."""
+    import dataclasses
+
+    from extender.quota.convert import fair_sharing_spec
+    from extender.simulate.scenario import load_scenario
+    from tests.controller_support import EXAMPLES, FAST
+
+    cfg = load_scenario((EXAMPLES / "flame-fair-sharing.yaml").read_text()).configuration
+    options = dataclasses.replace(FAST, fair_sharing=fair_sharing_spec(cfg))
+    objects, jobs, later = scenario("flame-fair-sharing.yaml")
+    objects = [o for o in objects if o["kind"] != "Configuration"]  # the controller's --config, not an API object
+    async with Harness(pod_deletion_delay=0.05) as h:
+        for obj in objects:
+            await h.apply(obj)
+        await h.controller(options)
+        for job in jobs:
+            await h.submit(job)
+        keys = [job_key(j) for j in jobs]
+        await eventually(lambda: all(h.running(*k) for k in keys), what="B's 2 and C's 6 jobs unsuspended")
+        for job in later:
+            await h.submit(job)
+        d_keys = [job_key(j) for j in later]
+        c_keys = [k for k in keys if k[0] == "team-c"]
+        await eventually(lambda: sum(h.running(*k) for k in d_keys) == 3, what="three of D's jobs unsuspended")
+        assert sum(h.running(*k) for k in c_keys) == 3
+        preempted = [h.workload_of(*k) for k in c_keys if not h.running(*k)]
+        assert len(preempted) == 3
+        for wl in preempted:
+            assert W.condition(wl, "Preempted")["reason"] == "InCohortFairSharing"
+        await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("fairSharing") == {"weightedShare": 375},
+                         what="group-c publishes its share")

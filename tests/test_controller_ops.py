@@ -56,7 +56,10 @@ async def test_readiness_metrics_and_extender_endpoints_over_the_controller_cach
                 assert sorted(result["NodeNames"]) == ["gh200-node-1", "gh200-node-2"]
                 failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
                 assert "not of flavor gh200" in failed["h100-node-3"]
-                await eventually(lambda: ctl.metrics.reserving.labels("group-a")._value.get() == 4, what="gauges")
+                m = ctl.metrics
+                await eventually(lambda: m.reserving.labels("group-a")._value.get() == 4
+                                 and m.usage.labels("group-c", "gh200", "nvidia.com/gpu")._value.get() == 2
+                                 and m.pending.labels("group-c", "active")._value.get() == 2, what="gauges")
                 async with http.get(f"http://127.0.0.1:{ops_port}/metrics") as r:
                     text = await r.text()
                 assert 'gpuqueue_preemptions_total{preempting_cluster_queue="group-a",reason="InCohortReclamation"} 2.0' in text
@@ -156,5 +159,5 @@ async def test_gpuqueue_extender_process_runs_against_a_kubeconfig_and_stops_on_
             proc.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(proc.communicate(), 10)
         assert proc.returncode == 0, out.decode()[-2000:]
-        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("gpuqueue-system", "gpuqueue-extender"))
         assert lease["spec"]["holderIdentity"] == ""  # released on shutdown

@@ -109,7 +109,7 @@ async def test_leader_hand_over():
             await h.submit(job)
         await eventually(lambda: all(h.running(*job_key(j)) for j in jobs), what="admitted by the leader")
         await eventually(lambda: len(follower.informers["workloads"].list()) == len(jobs), what="follower's cache warm")
-        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("gpuqueue-system", "gpuqueue-extender"))
         assert lease["spec"]["holderIdentity"] == leader.identity
 
         # the leader dies without a word (no lease release): the follower takes over once the lease expires
@@ -120,6 +120,6 @@ async def test_leader_hand_over():
         for job in later:
             await h.submit(job)
         await eventually(lambda: all(h.running(*job_key(j)) for j in later), what="reclaim under the new leader")
-        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("kube-system", "gpuqueue-extender"))
+        lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("gpuqueue-system", "gpuqueue-extender"))
         assert lease["spec"]["holderIdentity"] == follower.identity and lease["spec"]["leaseTransitions"] >= 1
         assert h.observer.violations == []

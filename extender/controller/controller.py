@@ -25,6 +25,7 @@ from extender.kube import Informer
 from extender.quota import convert
 from extender.quota import decisions as d
 from extender.quota.engine import QuotaEngine
+from extender.quota.fairsharing import FairSharing
 from extender.quota.model import WorkloadSpec
 from gpuqueue.api import core, kueue
 from webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
@@ -44,12 +45,13 @@ class Options:
     event_burst: int = 100
     resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
     leader_elect: bool = False
-    lease_namespace: str = "kube-system"
+    lease_namespace: str = "gpuqueue-system"
     lease_name: str = "gpuqueue-extender"
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
+    fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
 
 
 @dataclass
@@ -372,7 +374,7 @@ class Controller:
 
     # -- rebuilding from the API -------------------------------------------------------------------------
     def _recover(self) -> None:
-        engine = QuotaEngine()
+        engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
         self.engine = engine
         self.jobs.clear()
         for name in ("namespaces",):

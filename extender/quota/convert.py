@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from extender.quota.fairsharing import FairSharing
 from gpuqueue.api import core, kueue
+from gpuqueue.api.duration import parse_duration
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
 from extender.quota.model import (
@@ -41,6 +43,18 @@ def _weight_milli(fs: kueue.FairSharing | None) -> int:
         return 1000
     w = fs.weight.value * 1000
     return int(w) if w.denominator == 1 else int(w) + 1
+
+
+def fair_sharing_spec(cfg: kueue.Configuration) -> FairSharing | None:
+    """The engine's fair-sharing settings from Kueue's Configuration (None: fair sharing off)."""
+    fs = cfg.fair_sharing
+    if fs is None:
+        return None
+    return FairSharing(
+        strategies=tuple(fs.preemption_strategies),
+        usage_half_life=parse_duration(fs.usage_half_life_time) if fs.usage_half_life_time else None,
+        minimum_admitted_time=parse_duration(fs.minimum_admitted_time) if fs.minimum_admitted_time else None,
+    )
 
 
 def flavor_spec(obj: kueue.ResourceFlavor) -> FlavorSpec:

@@ -12,11 +12,9 @@ from pydantic import BaseModel
 from extender.quota import convert
 from extender.quota import decisions as d
 from extender.quota.engine import QuotaEngine
-from extender.quota.fairsharing import FairSharing
 from extender.simulate.placement import NodePlacer
 from extender.simulate.scenario import Event, Scenario, job_key, job_runtime
 from gpuqueue.api import core, kueue
-from gpuqueue.api.duration import parse_duration
 from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -44,22 +42,10 @@ class Simulation:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         cfg = scenario.configuration or kueue.Configuration()
-        fair = None
-        if cfg.fair_sharing is not None:
-            fs = cfg.fair_sharing
-            fair = FairSharing(
-                strategies=tuple(fs.preemption_strategies),
-                usage_half_life=parse_duration(fs.usage_half_life_time) if fs.usage_half_life_time else None,
-                minimum_admitted_time=parse_duration(fs.minimum_admitted_time) if fs.minimum_admitted_time else None,
-            )
-        self.engine = QuotaEngine(fair_sharing=fair)
+        self.engine = QuotaEngine(fair_sharing=convert.fair_sharing_spec(cfg))
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
-        selector = cfg.managed_jobs_namespace_selector
-        self.jobs_config = ManagedJobsConfig(
-            manage_jobs_without_queue_name=cfg.manage_jobs_without_queue_name,
-            **({"managed_jobs_namespace_selector": selector.to_dict()} if selector is not None else {}),
-        )
+        self.jobs_config = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
         self.placer = NodePlacer() if scenario.has_nodes else None
         self.jobs: dict[str, JobRecord] = {}
         self.cq_order: list[str] = []
