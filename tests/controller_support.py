@@ -127,7 +127,6 @@ class Harness:
         self.client = client.ApiClient(self.api.client_configuration())
         self.kube = KubeApi(self.client, qps=10000, burst=10000)
         self.queues = StaticQueueView()
-        await self.namespace("gpuqueue-system")  # the install creates it; the Lease lives there
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -138,6 +137,7 @@ class Harness:
         await self.api.stop()
 
     async def controller(self, options: Options = FAST, identity: str = "test") -> Controller:
+        await self.namespace("gpuqueue-system")  # the install creates it; the Lease lives there
         ctl = Controller(client.ApiClient(self.api.client_configuration()), options, identity=identity)
         self.controllers.append(ctl)
         await ctl.start()

@@ -99,6 +99,7 @@ class RecordingHarness(Harness):
         return self
 
     async def controller(self, options: Options = FAST, identity: str = "test") -> Controller:
+        await self.namespace("gpuqueue-system")
         ctl = Controller(_client(self.api, EXTENDER_AGENT), options, identity=identity)
         self.controllers.append(ctl)
         await ctl.start()

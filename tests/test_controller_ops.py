@@ -124,6 +124,7 @@ async def test_gpuqueue_extender_process_runs_against_a_kubeconfig_and_stops_on_
     async with Harness() as h:
         for obj in objects:
             await h.apply(obj)
+        await h.namespace("gpuqueue-system")  # the install creates it; the Lease lives there
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "standin",
