@@ -55,8 +55,12 @@ class StateObserver:
             for ref in pod["metadata"].get("ownerReferences") or ():
                 if ref.get("kind") == "Job" and ref.get("controller"):
                     if not any(_reserving(w) for w in per_job.get(ref["uid"], ())):
-                        self.violations.append(f"rv {write.rv}: pod {pod['metadata']['name']} of Job "
-                                               f"{ref['name']} exists without a reservation")
+                        self.violations.append(
+                            f"rv {write.rv} ({write.verb} {write.resource.kind} {write.name}): pod "
+                            f"{pod['metadata']['name']} of Job {ref['name']} exists without a reservation "
+                            f"(phase {(pod.get('status') or {}).get('phase')}, "
+                            f"deleting: {bool(pod['metadata'].get('deletionTimestamp'))}, Workload conditions "
+                            f"{[(c['type'], c['status']) for w in per_job.get(ref['uid'], ()) for c in w.get('status', {}).get('conditions', ())]})")
 
 
 def _reserving(wl: dict) -> bool:
@@ -110,6 +114,9 @@ class Flame:
     async def borrow(self) -> None:
         for job in self.jobs:
             await self.h.submit(job)
+        await self.borrow_done()
+
+    async def borrow_done(self) -> None:
         await eventually(lambda: all(self.h.running(*k) for k in self.keys), self.timeout, "borrowing phase")
 
     async def reclaim(self) -> None:
