@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 from tests.faults_support import OPTS, FaultRun, assert_clean, baseline, converge, report
+from gpuqueue.testing import resources as R
 from tests.controller_support import eventually
 
 
@@ -50,4 +51,32 @@ async def test_a_victim_suspension_given_up_never_lets_the_preemptor_in():
         await asyncio.sleep(0.3)
         assert sum(h.running(*k) for k in run.flame.a_keys) == 2  # the two that fit the free GPUs
         assert all(h.running(*k) for k in run.flame.keys)
+        assert_clean(run)
+
+
+async def test_victim_reservation_kept_while_the_pods_watch_lags():
+    """The pods watch stalls while C's pods are created, so the controller's pod cache has never
+    seen them. 1.24's job controller drops `status.active` to 0 as soon as it marks the pods
+    for deletion, so "suspended, not active, no pods in the cache" held at once and the victims'
+    reservations were cleared while their pods still ran (pods without a reservation for the
+    pod deletion delay: GPUs used twice). The reservation now stays until a live list of the
+    Job's pods comes back empty."""
+    target = await baseline()
+    async with FaultRun(pod_deletion_delay=0.3) as run:
+        h, faults = run.h, run.h.api.faults
+        await h.controller(OPTS)
+        gate = asyncio.Event()
+        await eventually(lambda: h.api.open_watches >= 11, what="watches open")
+        stalled = faults.add(r"/pods$", watch=True, hold=gate, times=1)
+        h.api.drop_watches(R.PODS)  # the pods watch reconnects into the stall
+        await eventually(lambda: stalled.hits == 1, what="pods watch stalled")
+        await run.flame.borrow()
+        for job in run.flame.later:
+            await h.submit(job)
+        await asyncio.sleep(1.0)
+        gate.set()
+        await run.flame.reclaimed()
+        await run.flame.resume()
+        took = await converge(h, target)
+        report("pods watch lagging during reclaim", h, converge_s=took)
         assert_clean(run)

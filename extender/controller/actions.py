@@ -420,7 +420,7 @@ class Actions:
                 changed = await self._update_job(
                     st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
                 if changed is not None:
-                    await self._wait_until(st.uid, lambda: self._stopped(st))
+                    await self._wait_stopped(st)
 
         self.chain(st.key, write, release=rid)
 
@@ -476,7 +476,7 @@ class Actions:
 
     async def _complete_eviction(self, st: "JobState", reason: str, message: str) -> None:
         await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
-        await self._wait_until(st.uid, lambda: self._stopped(st))
+        await self._wait_stopped(st)
         try:
             await self._update_job(st, _restored)
         except Exception as exc:
@@ -490,6 +490,25 @@ class Actions:
         self.status_dirty = True
         if st.phase == "evicting":
             st.phase = "pending"
+
+    async def _wait_stopped(self, st: "JobState") -> None:
+        """Until the Job is suspended and its pods are gone - confirmed by a live list, not only
+        the pod cache: 1.24's job controller sets `status.active` to 0 as soon as it marks the
+        pods for deletion, and a pod watch that lags may never have shown them to us; clearing
+        the reservation then would hand out GPUs that terminating pods still hold."""
+        pause = 0.05
+        while True:
+            await self._wait_until(st.uid, lambda: self._stopped(st))
+            if self.ctl.jobs.get(st.key) is not st or not await self._live_pods(st):
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _live_pods(self, st: "JobState") -> int:
+        listed = await self.kube.request("GET", K.PODS.path(st.namespace))
+        return sum(1 for pod in listed.get("items") or ()
+                   if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                   and any(ref.get("uid") == st.uid for ref in pod["metadata"].get("ownerReferences") or ()))
 
     def _stopped(self, st: "JobState") -> bool:
         if self.ctl.jobs.get(st.key) is not st:
