@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuqueue.controller")
 
-RETRIES = 6  # for errors other than conflicts (5xx, 429, dropped connections)
-
 
 class Actions:
     def __init__(self, ctl: "Controller") -> None:
@@ -64,9 +62,9 @@ class Actions:
         """Run make() after every earlier write for this key has ended (whatever its outcome).
 
         `release`: a release (see release()) this write carries out. It is marked done when the
-        write succeeds - or, after every retry failed, given up (logged) so that nothing waits
-        forever - but never when the write is cancelled (this replica stopped leading): then the
-        release is abandoned, and whatever waits on it does not write either."""
+        write succeeds. If the write is given up (a permanent error, or `write_retries` spent) or
+        cancelled (this replica stopped leading), the release is abandoned: the room was not freed
+        in the API's record, so whatever waits on it does not write either."""
         prev = self._chains.get(key)
 
         async def run():
@@ -77,11 +75,15 @@ class Actions:
                     except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
                         pass
                 try:
-                    await _retrying(make, key)
+                    o = self.ctl.options
+                    await _retrying(make, key, o.write_retries, o.write_backoff_initial, o.write_backoff_max)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # noqa: BLE001
                     log.exception("giving up on a write for %s", key)
+                    if release is not None:
+                        self.abandon(release)
+                    return
             except asyncio.CancelledError:
                 if release is not None:
                     self.abandon(release)
@@ -418,7 +420,7 @@ class Actions:
                 changed = await self._update_job(
                     st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
                 if changed is not None:
-                    await self._wait_until(st.uid, lambda: self._stopped(st))
+                    await self._wait_stopped(st)
 
         self.chain(st.key, write, release=rid)
 
@@ -474,7 +476,7 @@ class Actions:
 
     async def _complete_eviction(self, st: "JobState", reason: str, message: str) -> None:
         await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
-        await self._wait_until(st.uid, lambda: self._stopped(st))
+        await self._wait_stopped(st)
         try:
             await self._update_job(st, _restored)
         except Exception as exc:
@@ -488,6 +490,25 @@ class Actions:
         self.status_dirty = True
         if st.phase == "evicting":
             st.phase = "pending"
+
+    async def _wait_stopped(self, st: "JobState") -> None:
+        """Until the Job is suspended and its pods are gone - confirmed by a live list, not only
+        the pod cache: 1.24's job controller sets `status.active` to 0 as soon as it marks the
+        pods for deletion, and a pod watch that lags may never have shown them to us; clearing
+        the reservation then would hand out GPUs that terminating pods still hold."""
+        pause = 0.05
+        while True:
+            await self._wait_until(st.uid, lambda: self._stopped(st))
+            if self.ctl.jobs.get(st.key) is not st or not await self._live_pods(st):
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _live_pods(self, st: "JobState") -> int:
+        listed = await self.kube.request("GET", K.PODS.path(st.namespace))
+        return sum(1 for pod in listed.get("items") or ()
+                   if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                   and any(ref.get("uid") == st.uid for ref in pod["metadata"].get("ownerReferences") or ()))
 
     def _stopped(self, st: "JobState") -> bool:
         if self.ctl.jobs.get(st.key) is not st:
@@ -593,20 +614,30 @@ class Budget:
         return True
 
 
-async def _retrying(make: Callable[[], Awaitable], key: str) -> None:
-    delay = 0.05
-    for attempt in range(RETRIES):
+async def _retrying(make: Callable[[], Awaitable], key: str, retries: int | None, delay: float,
+                    max_delay: float) -> None:
+    """Errors other than conflicts (5xx, 429, dropped connections): try again after a pause,
+    `retries` times in all (None: without end)."""
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             await make()
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001
-            if is_status(exc, 400, 403, 404, 422) or attempt == RETRIES - 1:
+            if is_status(exc, 400, 403, 404, 422) or (retries is not None and attempt >= retries):
                 raise
-            log.info("write for %s failed (%s), retrying in %.2fs", key, exc, delay)
+            log.log(logging.WARNING if attempt % 10 == 0 else logging.INFO, "write for %s failed %d times (%s), "
+                    "retrying in %.2fs", key, attempt, _short(exc), delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, max_delay)
+
+
+def _short(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    return f"HTTP {status} {getattr(exc, 'reason', '')}" if status else f"{type(exc).__name__}: {exc}"
 
 
 # -- pure status edits --------------------------------------------------------------------------------------

@@ -44,6 +44,14 @@ class Options:
     event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
     event_burst: int = 100
     resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
+    request_timeout: float = 30.0  # seconds for one API request (not watches)
+    # attempts of a write failing with 5xx, 429, a timeout or a connection error; None: until it
+    # succeeds or this replica stops leading (a decision given up leaves the API behind the engine)
+    write_retries: int | None = None
+    write_backoff_initial: float = 0.05  # first pause between those attempts, doubled each time
+    write_backoff_max: float = 2.0
+    watch_backoff_initial: float = 0.2  # first pause before listing/watching again after a failure
+    watch_backoff_max: float = 30.0
     leader_elect: bool = False
     lease_namespace: str = "gpuqueue-system"
     lease_name: str = "gpuqueue-extender"
@@ -75,12 +83,14 @@ class Controller:
         self.options = options or Options()
         self.identity = identity
         self.kube = KubeApi(api, qps=self.options.qps, burst=self.options.burst,
-                            concurrency=self.options.concurrency)
+                            concurrency=self.options.concurrency, request_timeout=self.options.request_timeout)
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
         for kind in K.WATCHED:
             fn, args = kind.list_call(api)
-            self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout)
+            self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
+                                                 backoff_initial=self.options.watch_backoff_initial,
+                                                 backoff_max=self.options.watch_backoff_max)
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None

@@ -18,8 +18,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeApi:
-    def __init__(self, api: client.ApiClient, *, qps: float = 100.0, burst: int = 200, concurrency: int = 16):
+    def __init__(self, api: client.ApiClient, *, qps: float = 100.0, burst: int = 200, concurrency: int = 16,
+                 request_timeout: float = 30.0):
         self.api = api
+        self.request_timeout = request_timeout
         self.limiter = TokenBucket(qps, burst)
         self._slots = asyncio.Semaphore(concurrency)
         self.writes = 0
@@ -33,7 +35,7 @@ class KubeApi:
             resp = await self.api.call_api(
                 path, method, query_params=query or [], header_params={"Content-Type": content_type,
                                                                           "Accept": JSON},
-                body=body, auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30)
+                body=body, auth_settings=["BearerToken"], _preload_content=False, _request_timeout=self.request_timeout)
             data = await resp.read()
         if not 200 <= resp.status <= 299:  # not raised by the client when content is not preloaded
             exc = ApiException(status=resp.status, reason=resp.reason)

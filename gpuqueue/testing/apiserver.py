@@ -17,7 +17,7 @@ from aiohttp import web
 
 from . import resources as R
 from . import status as S
-from .faults import Faults
+from .faults import EXEMPT_HEADER, Faults
 from .registry import Cluster, Write
 from .resources import ResourceType
 
@@ -94,6 +94,7 @@ class ApiServer:
         self._watches: set[_Watch] = set()
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.port = 0
         for ns in namespaces:
             self.cluster.create(R.NAMESPACES, None, {"metadata": {"name": ns}})
         self.job_controller = None
@@ -111,12 +112,15 @@ class ApiServer:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         sock = site._server.sockets[0]  # the bound port when port=0
-        self.url = f"http://{host}:{sock.getsockname()[1]}"
+        self.port = sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
         if self.job_controller is not None:
             self.job_controller.start()
         return self.url
 
     async def stop(self) -> None:
+        """Close the port and every connection; the store stays, so `start(port=api.port)`
+        brings the same cluster back (an API server outage)."""
         if self.job_controller is not None:
             await self.job_controller.stop()
         self.drop_watches()
@@ -177,17 +181,22 @@ class ApiServer:
         self.requests.append((request.method, request.path_qs))
         q = request.query
         is_watch = _true(q.get("watch"))
-        fault = self.faults.take(request.method, request.path, is_watch)
+        fault = None if EXEMPT_HEADER in request.headers else self.faults.take(request.method, request.path,
+                                                                                 is_watch)
         try:
             if fault is not None:
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
+                if fault.hold is not None:
+                    await fault.hold.wait()
+                    if request.transport is None or request.transport.is_closing():
+                        return web.Response(status=499)  # the client is gone: never handled
                 if fault.status is not None:
                     return _error_response(self._fault_error(fault.status, request.path))
             route = _route(request.path)
             if request.method == "GET":
                 if route.name is None and is_watch:
-                    return await self._watch(request, route)
+                    return await self._watch(request, route, fault)
                 if route.name is None:
                     return self._list(route, q)
                 return self._reply(route.rt, 200, self.cluster.get(route.rt, route.namespace, route.name))
@@ -281,7 +290,7 @@ class ApiServer:
 
     # --- watch ---------------------------------------------------------------------------------------
 
-    async def _watch(self, request: web.Request, route: _Route) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, route: _Route, fault=None) -> web.StreamResponse:
         q = request.query
         rt = route.rt
         match = self.cluster.matcher(rt, route.namespace, q.get("labelSelector"), q.get("fieldSelector"))
@@ -309,6 +318,22 @@ class ApiServer:
                            for ev in self._filtered(e.type, e.obj, e.old, match)]
         watcher = store.add_watcher(rt.storage_key) if error is None else None
         w = _Watch(request, rt)
+        sent = 0
+
+        async def send(type_: str, obj: dict) -> None:
+            nonlocal sent
+            await self._send(resp, rt, type_, obj)
+            sent += 1
+            if fault is None:
+                return
+            if fault.stall_after is not None and sent == fault.stall_after:
+                await asyncio.sleep(fault.stall)
+            if fault.drop_after is not None and sent >= fault.drop_after:
+                w.dropped = True
+                if request.transport is not None:
+                    request.transport.abort()
+                raise ConnectionResetError("injected: watch stream cut")
+
         resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON, "Cache-Control": "no-cache, private"})
         resp.enable_chunked_encoding()
         self._watches.add(w)
@@ -319,8 +344,8 @@ class ApiServer:
                 await resp.write_eof()
                 return resp
             for type_, obj in initial:
-                await self._send(resp, rt, type_, obj)
-            await self._pump(resp, w, watcher, match, timeout, bookmarks)
+                await send(type_, obj)
+            await self._pump(resp, w, watcher, match, timeout, bookmarks, send)
             if not w.dropped:
                 await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
@@ -332,7 +357,7 @@ class ApiServer:
                 store.remove_watcher(watcher)
         return resp
 
-    async def _pump(self, resp, w: _Watch, watcher, match, timeout: float | None, bookmarks: bool) -> None:
+    async def _pump(self, resp, w: _Watch, watcher, match, timeout: float | None, bookmarks: bool, send) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout is not None else None
         # A bookmark shortly before the deadline, as kube-apiserver does (fact 21: at 18.8 s of 20 s).
@@ -357,7 +382,7 @@ class ApiServer:
             if get in done:
                 event = get.result()
                 for type_, obj in self._filtered(event.type, event.obj, event.old, match):
-                    await self._send(resp, w.rt, type_, obj)
+                    await send(type_, obj)
                 continue
             now = loop.time()
             if bookmarks and (poke in done or now >= next_bookmark
