@@ -80,3 +80,29 @@ async def test_victim_reservation_kept_while_the_pods_watch_lags():
         took = await converge(h, target)
         report("pods watch lagging during reclaim", h, converge_s=took)
         assert_clean(run)
+
+
+async def test_readmission_while_the_workloads_watch_lags_behind_the_eviction():
+    """The Workloads watch stalls before A reclaims, so the controller's cache never sees C's
+    victims evicted (Evicted=True, then the reservation cleared): it still shows them admitted
+    to group-c. When A finishes, the engine gives the victims the same admission again; judged
+    on that stale cache the Workload write looked like a no-op and was skipped, while the Job
+    (whose watch was fine) was unsuspended: a Job running on a Workload that says Evicted and
+    holds no reservation, for good. A write found needless on a cached object is now checked
+    against a live read."""
+    target = await baseline()
+    async with FaultRun() as run:
+        h, faults = run.h, run.h.api.faults
+        await h.controller(OPTS)
+        await run.flame.borrow()
+        gate = asyncio.Event()
+        await eventually(lambda: h.api.open_watches >= 11, what="watches open")
+        stalled = faults.add(r"/workloads$", watch=True, hold=gate, times=1)
+        h.api.drop_watches(R.WORKLOADS)  # the workloads watch reconnects into the stall
+        await eventually(lambda: stalled.hits == 1, what="workloads watch stalled")
+        await run.flame.reclaim()
+        await run.flame.resume()
+        gate.set()
+        took = await converge(h, target, timeout=5.0)
+        report("workloads watch lagging through eviction and readmission", h, converge_s=took)
+        assert_clean(run)

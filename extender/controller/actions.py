@@ -169,18 +169,30 @@ class Actions:
 
     async def _update(self, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
                       change: Callable[[dict], dict | None], subresource: str | None = None) -> dict | None:
-        first = [cached]
+        """Read-modify-write of one object, retried on conflict. The cached object saves the first
+        read: if it is stale, the write it leads to fails with 409 and is made again from a live
+        read. But a cache behind the API can also make a needed write look needless (a watch
+        stalled or cut, our own last write not seen yet): "nothing to write" is trusted only when
+        judged on a live read."""
+        first = None
+        if cached is not None:
+            body = change(copy.deepcopy(cached))
+            if body is not None:
+                first = _Computed(body)
 
         async def read():
-            if first[0] is not None:
-                obj, first[0] = first[0], None
-                return obj
+            nonlocal first
+            if first is not None:
+                computed, first = first, None
+                return computed
             return await self.kube.get(kind, namespace, name)
 
         async def send(body):
             return await self.kube.replace(kind, body, subresource)
 
         def guarded(obj):
+            if isinstance(obj, _Computed):
+                return obj.body
             return change(copy.deepcopy(obj))
 
         return await retry_on_conflict(read, guarded, send, attempts=8)
@@ -354,9 +366,15 @@ class Actions:
 
         self.chain(st.key, write)
 
-    async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool) -> None:
+    async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool,
+                         only_suspended: bool = False) -> None:
+        def change(job: dict) -> dict | None:
+            if only_suspended and not job["spec"].get("suspend"):
+                return None
+            return _unsuspended(job, flavors)
+
         try:
-            result = await self._update_job(st, lambda job: _unsuspended(job, flavors))
+            result = await self._update_job(st, change)
         except Exception as exc:
             if is_status(exc, 422):
                 await self._refused(st, admission, exc)
@@ -404,9 +422,7 @@ class Actions:
                    if f in engine.state.flavors] if engine else []
 
         async def write():
-            job = self.job(st)
-            if job is not None and job["spec"].get("suspend"):
-                await self._unsuspend(st, admission, flavors, resumed=False)
+            await self._unsuspend(st, admission, flavors, resumed=False, only_suspended=True)
 
         self.chain(st.key, write)
 
@@ -597,6 +613,15 @@ class Actions:
                 raise
 
 
+class _Computed:
+    """A change already worked out from the cached object (see Actions._update)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: dict) -> None:
+        self.body = body
+
+
 class Budget:
     """A token bucket that never waits: take() says whether there is a token now."""
 
@@ -645,8 +670,9 @@ def _short(exc: BaseException) -> str:
 def _reserve(wl: dict, admission: Admission) -> dict | None:
     status = wl.setdefault("status", {})
     new_admission = W.admission_to_status(admission)
-    if status.get("admission") == new_admission and W.is_true(wl, "QuotaReserved") and W.is_true(wl, "Admitted"):
-        return None
+    if status.get("admission") == new_admission and W.is_true(wl, "QuotaReserved") and W.is_true(wl, "Admitted") \
+            and not W.is_true(wl, "Evicted") and not W.is_true(wl, "Preempted"):
+        return None  # an eviction left half-done (marked, reservation kept) is still written over
     now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
     status["admission"] = new_admission
     conds = status.get("conditions") or []
