@@ -79,6 +79,7 @@ class Record:
     usage_log: list[tuple[float, str, int]] = field(default_factory=list)  # (t, ClusterQueue, +-milli)
     preemptions: int = 0
     resuspensions: int = 0
+    writes: dict[str, int] = field(default_factory=dict)  # "verb resource[/subresource]" -> count
 
 
 class JobsAndRecorder:
@@ -96,6 +97,8 @@ class JobsAndRecorder:
         api.observe(self)
 
     def __call__(self, w) -> None:
+        what = f"{w.verb} {w.resource.storage_key}{'/' + w.subresource if w.subresource else ''}"
+        self.rec.writes[what] = self.rec.writes.get(what, 0) + 1
         if w.resource is R.JOBS:
             self._job(w)
         elif w.resource is R.WORKLOADS:
@@ -155,15 +158,43 @@ class JobsAndRecorder:
         elif not holds and before is not None:
             del self.reserved[key]
             self.rec.usage_log.append((now, before[0], -before[1]))
+        if w.subresource == "status" and w.old is not None:
+            why = _why(w.old, new)
+            self.rec.writes[f"  of which {why}"] = self.rec.writes.get(f"  of which {why}", 0) + 1
         evicted = _true(new, "Evicted")
         if evicted and evicted.get("reason") == "Preempted" and not (w.old and _true(w.old, "Evicted")):
             self.rec.preemptions += 1
 
 
-def _serve(conn) -> None:
+def pace_garbage_collector(cluster, interval: float) -> None:
+    """The stand-in runs its garbage collector - a scan of every stored object - after each write to
+    an object with ownerReferences; every Workload write is one, so the scans grow quadratic with
+    the run and would be most of the stand-in's CPU. kube-apiserver has no such cost (its garbage
+    collector is a separate controller working from an owner graph). Here it runs at most once per
+    `interval`: this benchmark deletes nothing, so it never has anything to collect anyway."""
+    def schedule() -> None:
+        if not cluster._gc_scheduled:
+            cluster._gc_scheduled = True
+            asyncio.get_running_loop().call_later(interval, cluster.collect_garbage)
+
+    cluster._schedule_gc = schedule
+
+
+def _why(old: dict, new: dict) -> str:
+    """What a Workload status write did, for the write counts."""
+    for cond in ("Finished", "Evicted", "Admitted", "Requeued"):
+        if _true(new, cond) and not _true(old, cond):
+            return cond
+    if (old.get("status") or {}).get("admission") and not (new.get("status") or {}).get("admission"):
+        return "reservation cleared"
+    return "other (pending message)"
+
+
+def _serve(conn, profile: Path | None) -> None:
     async def main():
         # A large watch window: the controller's watches resume after their timeout without a relist.
         async with ApiServer(history_size=1_000_000) as api:
+            pace_garbage_collector(api.cluster, 1.0)
             jobs = JobsAndRecorder(api)
             conn.send(api.url)
             loop = asyncio.get_running_loop()
@@ -177,7 +208,14 @@ def _serve(conn) -> None:
                 elif msg == "stop":
                     return
 
-    asyncio.run(main())
+    if profile is None:
+        asyncio.run(main())
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.runcall(asyncio.run, main())
+    prof.dump_stats(profile)
 
 
 # --- the controller's process ----------------------------------------------------------------------------
@@ -292,9 +330,11 @@ async def ask(conn, msg: str):
     return await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
 
-async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None) -> dict:
+async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None,
+              profile: Path | None) -> dict:
     parent, child = mp.Pipe()
-    server = mp.get_context("fork").Process(target=_serve, args=(child,), daemon=True)
+    server = mp.get_context("fork").Process(
+        target=_serve, args=(child, profile / "standin.prof" if profile else None), daemon=True)
     server.start()
     url = await asyncio.get_running_loop().run_in_executor(None, parent.recv)
     tmp = Path(tempfile.mkdtemp(prefix="kueue-realtime-"))
@@ -302,7 +342,8 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
     _kubeconfig(url, kubeconfig)
     metrics_port = _free_port()
     log_file = open(log_path or tmp / "extender.log", "w")
-    ctl = subprocess.Popen([sys.executable, "-m", "gpuqueue.cli", "extender", "--kubeconfig", str(kubeconfig),
+    python = [sys.executable] + (["-m", "cProfile", "-o", str(profile / "controller.prof")] if profile else [])
+    ctl = subprocess.Popen([*python, "-m", "gpuqueue.cli", "extender", "--kubeconfig", str(kubeconfig),
                             "--insecure-http", "--host", "127.0.0.1", "--port", str(_free_port()),
                             "--metrics-port", str(metrics_port), "--qps", str(qps), "--burst", str(burst)],
                            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
@@ -340,7 +381,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
                 ctl.kill()
         log_file.close()
         parent.send("stop")
-        server.join(5)
+        server.join(30)
     return summarize(cfg, rec, cpu, lags)
 
 
@@ -376,6 +417,7 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
         "cpu": cpu,
         "lag_p99": lags[int(0.99 * (len(lags) - 1))] if lags else 0.0,
         "lag_max": lags[-1] if lags else 0.0,
+        "writes": rec.writes,
     }
 
 
@@ -395,13 +437,15 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=5000)
     ap.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
     ap.add_argument("--controller-log", type=Path, default=None)
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="write cProfile stats of the controller and the stand-in to DIR/{controller,standin}.prof")
     args = ap.parse_args()
     base = CONFIGS[args.config]
     cfg = scaled(base, args.scale, args.cohorts, args.queues)
     total = cfg.cohorts * cfg.queues_per_cohort * sum(c.count for c in cfg.classes)
     print(f"{args.config} x{args.scale:g}: {cfg.cohorts} cohorts x {cfg.queues_per_cohort} ClusterQueues, "
           f"{total} Jobs; controller --qps {args.qps:g} --burst {args.burst}", flush=True)
-    r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log))
+    r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log, args.profile))
     cpu = r["cpu"]
     print(f"  wall {r['wall']:.1f} s (first Job created -> last completed); admitted {r['admitted']}, "
           f"completed {r['completed']}")
@@ -412,6 +456,7 @@ def main() -> None:
           f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}%")
     for c in cfg.classes:
         print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s)")
+    print("  writes: " + ", ".join(f"{k} {v}" for k, v in sorted(r["writes"].items(), key=lambda kv: -kv[1])))
     print(f"  Job creation sent late by p99 {r['lag_p99'] * 1000:.0f} ms, max {r['lag_max'] * 1000:.0f} ms")
     if base.published and args.scale == 1.0 and cfg.cohorts == base.cohorts and cfg.queues_per_cohort == base.queues_per_cohort:
         p = base.published

@@ -11,7 +11,6 @@ within quota at every instant:
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable
@@ -179,7 +178,7 @@ class Actions:
             return await self.kube.replace(kind, body, subresource)
 
         def guarded(obj):
-            return change(copy.deepcopy(obj))
+            return change(W.json_copy(obj))
 
         return await retry_on_conflict(read, guarded, send, attempts=8)
 

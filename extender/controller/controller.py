@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from extender.controller import kinds as K
 from extender.controller import workload as W
 from extender.controller.actions import Actions
-from extender.controller.kubeapi import KubeApi
+from extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from extender.controller.leader import LeaderElector
 from extender.controller.metrics import Metrics
 from extender.kube import Informer
@@ -72,6 +72,7 @@ class Controller:
         self.api = api
         self.options = options or Options()
         self.identity = identity
+        skip_environment_lookups(api)
         self.kube = KubeApi(api, qps=self.options.qps, burst=self.options.burst,
                             concurrency=self.options.concurrency)
         self.metrics = metrics or Metrics()
