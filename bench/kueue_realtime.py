@@ -76,6 +76,8 @@ class Record:
     admitted: dict[str, float] = field(default_factory=dict)  # Job key -> first unsuspend
     completed: dict[str, float] = field(default_factory=dict)  # Job key -> Complete written
     job_class: dict[str, str] = field(default_factory=dict)
+    wl_created: dict[str, float] = field(default_factory=dict)  # Job key -> its Workload's creation
+    wl_admitted: dict[str, float] = field(default_factory=dict)  # Job key -> first Admitted=True written
     usage_log: list[tuple[float, str, int]] = field(default_factory=list)  # (t, ClusterQueue, +-milli)
     preemptions: int = 0
     resuspensions: int = 0
@@ -146,6 +148,12 @@ class JobsAndRecorder:
         key = f"{w.namespace}/{w.name}"
         now = time.monotonic()
         new = w.new
+        job = next((f"{w.namespace}/{r['name']}" for r in new["metadata"].get("ownerReferences") or ()
+                    if r.get("kind") == "Job"), key)
+        if w.type == "ADDED":
+            self.rec.wl_created.setdefault(job, now)
+        if _true(new, "Admitted"):
+            self.rec.wl_admitted.setdefault(job, now)
         admission = (new.get("status") or {}).get("admission")
         holds = (w.type != "DELETED" and admission is not None and _true(new, "QuotaReserved") is not None
                  and _true(new, "Finished") is None)
@@ -389,8 +397,14 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
     first = min(rec.created.values())
     end = max(rec.completed.values())
     waits: dict[str, list[float]] = {c.name: [] for c in cfg.classes}
+    stages: dict[str, list[list[float]]] = {c.name: [[], [], []] for c in cfg.classes}
     for key, t in rec.admitted.items():
-        waits[rec.job_class[key]].append(t - rec.created[key])
+        cls = rec.job_class[key]
+        waits[cls].append(t - rec.created[key])
+        if key in rec.wl_created and key in rec.wl_admitted:
+            for i, d in enumerate((rec.wl_created[key] - rec.created[key], rec.wl_admitted[key] - rec.wl_created[key],
+                                   t - rec.wl_admitted[key])):
+                stages[cls][i].append(d)
     # time-weighted reserved quota per ClusterQueue over [first creation, last completion]
     area: dict[str, float] = {}
     usage: dict[str, int] = {}
@@ -407,6 +421,7 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
     return {
         "wall": end - first,
         "avg_wait": {k: (sum(v) / len(v) if v else float("nan")) for k, v in waits.items()},
+        "stages": {k: [sum(x) / len(x) if x else float("nan") for x in v] for k, v in stages.items()},
         "max_wait": {k: max(v, default=float("nan")) for k, v in waits.items()},
         "admitted": len(rec.admitted),
         "completed": len(rec.completed),
@@ -455,7 +470,9 @@ def main() -> None:
     print(f"  preemptions {r['preemptions']} (Jobs re-suspended {r['resuspensions']}); ClusterQueue usage "
           f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}%")
     for c in cfg.classes:
-        print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s)")
+        st = r["stages"][c.name]
+        print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s; "
+              f"Job -> Workload {st[0]:.2f} s, Workload -> Admitted {st[1]:.2f} s, Admitted -> unsuspended {st[2]:.2f} s)")
     print("  writes: " + ", ".join(f"{k} {v}" for k, v in sorted(r["writes"].items(), key=lambda kv: -kv[1])))
     print(f"  Job creation sent late by p99 {r['lag_p99'] * 1000:.0f} ms, max {r['lag_max'] * 1000:.0f} ms")
     if base.published and args.scale == 1.0 and cfg.cohorts == base.cohorts and cfg.queues_per_cohort == base.queues_per_cohort:
