@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from extender.controller import kinds as K
 from extender.controller import workload as W
 from extender.controller.kubeapi import is_status
+from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
 from extender.quota import decisions as d
@@ -38,8 +39,7 @@ class Actions:
         self._chains: dict[str, asyncio.Future] = {}
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
-        self._releases: dict[int, asyncio.Future] = {}
-        self._release_seq = 0
+        self.releases = Releases()
         self._waiters: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task] = set()
         self.status_dirty = True
@@ -97,24 +97,14 @@ class Actions:
         task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
         return task
 
-    def release(self) -> tuple[int, asyncio.Future]:
-        self._release_seq += 1
-        fut = asyncio.get_running_loop().create_future()
-        self._releases[self._release_seq] = fut
-        return self._release_seq, fut
+    def release(self) -> int:
+        return self.releases.start()
 
     def released(self, rid: int) -> None:
-        fut = self._releases.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        self.releases.end(rid)
 
     def abandon(self, rid: int) -> None:
-        fut = self._releases.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.cancel()
-
-    def barrier(self) -> list[asyncio.Future]:
-        return [f for f in self._releases.values() if not f.done()]
+        self.releases.end(rid, abandoned=True)
 
     def poke(self, uid: str) -> None:
         ev = self._waiters.get(uid)
@@ -143,10 +133,7 @@ class Actions:
         self._chains.clear()
         self._created.clear()
         self.evicting.clear()
-        for fut in self._releases.values():
-            if not fut.done():
-                fut.cancel()
-        self._releases.clear()
+        self.releases.cancel_all()
 
     async def idle(self) -> None:
         """Wait until no write is under way (tests, benchmarks)."""
@@ -331,17 +318,15 @@ class Actions:
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
-        barrier = self.barrier()
+        barrier = self.releases.barrier()
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
         resumed = W.is_true(self.workload(st), "Requeued") or W.condition(self.workload(st), "Evicted") is not None
 
         async def write():
-            if barrier:
-                results = await asyncio.gather(*barrier, return_exceptions=True)
-                if any(isinstance(r, BaseException) for r in results):
-                    return  # a release was abandoned: this replica is stopping, the next one decides
+            if barrier is not None and not await self.releases.wait(barrier):
+                return  # a release was abandoned: this replica is stopping, the next one decides
             if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
             wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
@@ -374,7 +359,7 @@ class Actions:
                     admission.flavors_of(W.MAIN), body[:300])
         self.refused.append(st.key)
         engine = self.ctl.engine
-        rid, _ = self.release()
+        rid = self.release()
         if engine is not None:
             engine.finish(st.key)
         st.phase = "blocked"
@@ -410,7 +395,7 @@ class Actions:
     def suspend_unadmitted(self, st: "JobState") -> None:
         """A managed Job running without a reservation (created unsuspended with no webhook in
         front, or its Workload deleted): suspend it; its pods count until they are gone."""
-        rid, _ = self.release()
+        rid = self.release()
 
         async def write():
             if st.phase in ("pending", "blocked"):
@@ -425,7 +410,7 @@ class Actions:
               preempted_reason: str | None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid, _ = self.release()
+        rid = self.release()
         message = ""
 
         def mark(wl: dict) -> dict | None:
@@ -462,7 +447,7 @@ class Actions:
     def resume_eviction(self, st: "JobState") -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid, _ = self.release()
+        rid = self.release()
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
 
@@ -498,7 +483,7 @@ class Actions:
             self.ctl.pods_gone(st.uid)
 
     def finish_workload(self, st: "JobState", how: str) -> None:
-        rid, _ = self.release()
+        rid = self.release()
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):
@@ -518,7 +503,7 @@ class Actions:
     def delete_workload(self, st: "JobState") -> None:
         """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
         delete it here so its reservation leaves the record before anything uses the room."""
-        rid, _ = self.release()
+        rid = self.release()
 
         async def write():
             await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
