@@ -40,6 +40,7 @@ class Actions:
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
         self.releases = Releases()
+        self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
         self._waiters: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task] = set()
         self.status_dirty = True
@@ -134,6 +135,7 @@ class Actions:
         self._created.clear()
         self.evicting.clear()
         self.releases.cancel_all()
+        self._pending_latest.clear()
 
     async def idle(self) -> None:
         """Wait until no write is under way (tests, benchmarks)."""
@@ -308,8 +310,17 @@ class Actions:
             return wl
 
         first = W.condition(self.workload(st), "QuotaReserved") is None
+        token = self._pending_latest[st.key] = object()
 
         async def write():
+            # Written only if it is still the last word when its turn in the chain comes: with a
+            # deep write queue a workload is often admitted, or given a newer message, meanwhile
+            # (a workload admitted at its first look never shows QuotaReserved=False, as in Kueue).
+            if self._pending_latest.get(st.key) is not token:
+                return
+            del self._pending_latest[st.key]
+            if st.phase != "pending":
+                return
             result = await self._update_workload(st, change)
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
