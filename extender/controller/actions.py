@@ -278,7 +278,7 @@ class Actions:
             if job is None:
                 return
             pc = W.priority_class_of(job, self.ctl.priorities.workload_classes, self.ctl.priorities.pod_classes)
-            priority = self.ctl.priority_of(job)
+            priority = st.priority if st.priority is not None else self.ctl.priority_of(job)
             body = W.build_workload(job, priority, pc)
             try:
                 created = await self.kube.create(K.WORKLOADS, st.namespace, body)

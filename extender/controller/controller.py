@@ -64,6 +64,7 @@ class JobState:
     wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
     phase: str = "pending"  # pending | admitted | evicting | blocked | finished
     refusals: int = 0  # how often the API refused the pod template admission needed
+    priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
 
 
 class Controller:
@@ -347,6 +348,7 @@ class Controller:
             self.actions.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
             return
         self.engine.submit(spec)
+        st.priority = spec.priority
         st.phase = "pending"
 
     def resubmit(self, st: JobState) -> None:
