@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import is_status
+from extender.controller.kubeapi import URGENT, is_status
 from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
@@ -60,16 +60,20 @@ class Actions:
         task.add_done_callback(self._background.discard)
         return task
 
-    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None) -> asyncio.Future:
+    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None,
+              urgent: bool = False) -> asyncio.Future:
         """Run make() after every earlier write for this key has ended (whatever its outcome).
 
         `release`: a release (see release()) this write carries out. It is marked done when the
         write succeeds - or, after every retry failed, given up (logged) so that nothing waits
         forever - but never when the write is cancelled (this replica stopped leading): then the
-        release is abandoned, and whatever waits on it does not write either."""
+        release is abandoned, and whatever waits on it does not write either.
+
+        Releases and `urgent` writes (admissions) go before the others waiting for a connection."""
         prev = self._chains.get(key)
 
         async def run():
+            URGENT.set(urgent or release is not None)  # this task's context only
             try:
                 if prev is not None and not prev.done():
                     try:
@@ -211,6 +215,7 @@ class Actions:
         }
 
         async def send():
+            URGENT.set(False)  # spawned from a write's task, whose context it copied
             try:
                 await self.kube.create(K.EVENTS, st.namespace, body)
             except Exception as exc:  # noqa: BLE001
@@ -345,7 +350,7 @@ class Actions:
                 return
             await self._unsuspend(st, admission, flavors, resumed)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, urgent=True)
 
     async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool) -> None:
         try:

@@ -4,6 +4,8 @@ paced by one token bucket and bounded in concurrency, so a deep queue cannot flo
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
 import os
 from typing import Any
 from urllib.parse import urlencode
@@ -22,11 +24,52 @@ _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_p
 MERGE_PATCH = "application/merge-patch+json"
 
 
+# Set in a task whose writes move quota (an admission, a release): they take the next free slot
+# before the writes that only inform (Workload creation, pending messages, queue status, Events).
+URGENT = contextvars.ContextVar("gpuqueue_urgent_write", default=False)
+
+
+class Slots:
+    """At most n calls at once; a waiting urgent call goes before every waiting ordinary one."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiting: tuple[collections.deque, collections.deque] = (collections.deque(), collections.deque())
+
+    async def take(self, urgent: bool) -> None:
+        if self._free > 0 and not self._waiting[0] and not self._waiting[1]:
+            self._free -= 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        queue = self._waiting[0 if urgent else 1]
+        queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.give()  # handed a slot just as we were cancelled: pass it on
+            else:
+                try:
+                    queue.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def give(self) -> None:
+        for queue in self._waiting:
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)
+                    return
+        self._free += 1
+
+
 class KubeApi:
     def __init__(self, api: client.ApiClient, *, qps: float = 100.0, burst: int = 200, concurrency: int = 16):
         self.api = api
         self.limiter = TokenBucket(qps, burst)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = Slots(concurrency)
         self.writes = 0
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = JSON,
@@ -34,8 +77,11 @@ class KubeApi:
         if method != "GET":
             await self.limiter.acquire()
             self.writes += 1
-        async with self._slots:
+        await self._slots.take(URGENT.get())
+        try:
             status, reason, data = await self._send(method, path, body, content_type, query or [])
+        finally:
+            self._slots.give()
         if not 200 <= status <= 299:
             exc = ApiException(status=status, reason=reason)
             exc.body = data.decode(errors="replace")

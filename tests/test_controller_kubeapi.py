@@ -1,5 +1,6 @@
 """The controller's API client skips aiohttp's per-request proxy/.netrc lookups only when no proxy
-variable is set, so a deployment behind a proxy still reaches the API server through it."""
+variable is set, so a deployment behind a proxy still reaches the API server through it; calls that
+move quota take a free connection before the others."""
 
 import pytest
 from kubernetes_asyncio import client
@@ -30,3 +31,29 @@ async def test_a_proxy_variable_keeps_the_environment_trusted(no_proxy_env, vari
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
         assert not skip_environment_lookups(api)
         assert api.rest_client.pool_manager.trust_env
+
+
+async def test_urgent_calls_take_the_next_free_slot_before_ordinary_ones():
+    import asyncio
+
+    from extender.controller.kubeapi import Slots
+
+    slots = Slots(1)
+    await slots.take(False)  # the one slot is busy
+    order: list[str] = []
+
+    async def call(name: str, urgent: bool):
+        await slots.take(urgent)
+        order.append(name)
+        slots.give()
+
+    tasks = [asyncio.ensure_future(call("ordinary-1", False)), asyncio.ensure_future(call("ordinary-2", False)),
+             asyncio.ensure_future(call("urgent", True))]
+    cancelled = asyncio.ensure_future(call("cancelled", True))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    slots.give()
+    await asyncio.gather(*tasks)
+    assert order == ["urgent", "ordinary-1", "ordinary-2"]
+    await slots.take(False)  # every slot came back: one free again
