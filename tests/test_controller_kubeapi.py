@@ -33,27 +33,27 @@ async def test_a_proxy_variable_keeps_the_environment_trusted(no_proxy_env, vari
         assert api.rest_client.pool_manager.trust_env
 
 
-async def test_urgent_calls_take_the_next_free_slot_before_ordinary_ones():
+async def test_more_urgent_calls_take_the_next_free_slot_first():
     import asyncio
 
-    from extender.controller.kubeapi import Slots
+    from extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
 
     slots = Slots(1)
-    await slots.take(False)  # the one slot is busy
+    await slots.take(ORDINARY)  # the one slot is busy
     order: list[str] = []
 
-    async def call(name: str, urgent: bool):
-        await slots.take(urgent)
+    async def call(name: str, cls: int):
+        await slots.take(cls)
         order.append(name)
         slots.give()
 
-    tasks = [asyncio.ensure_future(call("ordinary-1", False)), asyncio.ensure_future(call("ordinary-2", False)),
-             asyncio.ensure_future(call("urgent", True))]
-    cancelled = asyncio.ensure_future(call("cancelled", True))
+    tasks = [asyncio.ensure_future(call(name, cls)) for name, cls in (
+        ("inform", INFORM), ("ordinary-1", ORDINARY), ("ordinary-2", ORDINARY), ("urgent", URGENT))]
+    cancelled = asyncio.ensure_future(call("cancelled", URGENT))
     await asyncio.sleep(0)
     cancelled.cancel()
     await asyncio.sleep(0)
     slots.give()
     await asyncio.gather(*tasks)
-    assert order == ["urgent", "ordinary-1", "ordinary-2"]
-    await slots.take(False)  # every slot came back: one free again
+    assert order == ["urgent", "ordinary-1", "ordinary-2", "inform"]
+    await slots.take(ORDINARY)  # every slot came back: one free again

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import URGENT, is_status
+from extender.controller.kubeapi import CALL_CLASS, INFORM, ORDINARY, URGENT, is_status
 from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
@@ -61,7 +61,7 @@ class Actions:
         return task
 
     def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None,
-              urgent: bool = False) -> asyncio.Future:
+              call_class: int = ORDINARY) -> asyncio.Future:
         """Run make() after every earlier write for this key has ended (whatever its outcome).
 
         `release`: a release (see release()) this write carries out. It is marked done when the
@@ -69,11 +69,12 @@ class Actions:
         forever - but never when the write is cancelled (this replica stopped leading): then the
         release is abandoned, and whatever waits on it does not write either.
 
-        Releases and `urgent` writes (admissions) go before the others waiting for a connection."""
+        A release goes before other calls waiting for a connection (kubeapi.CALL_CLASS); so does an
+        admission, given `call_class=URGENT`."""
         prev = self._chains.get(key)
 
         async def run():
-            URGENT.set(urgent or release is not None)  # this task's context only
+            CALL_CLASS.set(URGENT if release is not None else call_class)  # this task's context only
             try:
                 if prev is not None and not prev.done():
                     try:
@@ -215,7 +216,7 @@ class Actions:
         }
 
         async def send():
-            URGENT.set(False)  # spawned from a write's task, whose context it copied
+            CALL_CLASS.set(INFORM)  # (spawned from a write's task, whose context it copied)
             try:
                 await self.kube.create(K.EVENTS, st.namespace, body)
             except Exception as exc:  # noqa: BLE001
@@ -330,7 +331,7 @@ class Actions:
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, call_class=INFORM)
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
@@ -350,7 +351,7 @@ class Actions:
                 return
             await self._unsuspend(st, admission, flavors, resumed)
 
-        self.chain(st.key, write, urgent=True)
+        self.chain(st.key, write, call_class=URGENT)
 
     async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool) -> None:
         try:
@@ -528,6 +529,7 @@ class Actions:
 
     # -- ClusterQueue and LocalQueue status ---------------------------------------------------------------
     async def status_loop(self) -> None:
+        CALL_CLASS.set(INFORM)
         while True:
             await asyncio.sleep(self.ctl.options.status_interval)
             if not self.ctl.leader or not self.ctl.recovered or self.ctl.engine is None or not self.status_dirty:

@@ -24,24 +24,27 @@ _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_p
 MERGE_PATCH = "application/merge-patch+json"
 
 
-# Set in a task whose writes move quota (an admission, a release): they take the next free slot
-# before the writes that only inform (Workload creation, pending messages, queue status, Events).
-URGENT = contextvars.ContextVar("gpuqueue_urgent_write", default=False)
+# Which calls take a free connection first, set per task (a contextvar): the Lease and the writes
+# that move quota (admissions, releases), then the rest (Workload creations, ...), and last those
+# that only inform (pending messages, queue status, Events). A deep queue of the last delays
+# neither an admission nor a renewal.
+URGENT, ORDINARY, INFORM = 0, 1, 2
+CALL_CLASS = contextvars.ContextVar("gpuqueue_call_class", default=ORDINARY)
 
 
 class Slots:
-    """At most n calls at once; a waiting urgent call goes before every waiting ordinary one."""
+    """At most n calls at once; a waiting call of a more urgent class goes first, FIFO within one."""
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._waiting: tuple[collections.deque, collections.deque] = (collections.deque(), collections.deque())
+        self._waiting = tuple(collections.deque() for _ in (URGENT, ORDINARY, INFORM))
 
-    async def take(self, urgent: bool) -> None:
-        if self._free > 0 and not self._waiting[0] and not self._waiting[1]:
+    async def take(self, cls: int = ORDINARY) -> None:
+        if self._free > 0 and not any(self._waiting):
             self._free -= 1
             return
         fut = asyncio.get_running_loop().create_future()
-        queue = self._waiting[0 if urgent else 1]
+        queue = self._waiting[cls]
         queue.append(fut)
         try:
             await fut
@@ -77,7 +80,7 @@ class KubeApi:
         if method != "GET":
             await self.limiter.acquire()
             self.writes += 1
-        await self._slots.take(URGENT.get())
+        await self._slots.take(CALL_CLASS.get())
         try:
             status, reason, data = await self._send(method, path, body, content_type, query or [])
         finally:
