@@ -11,14 +11,14 @@ within quota at every instant:
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import is_status
+from extender.controller.kubeapi import CALL_CLASS, INFORM, ORDINARY, URGENT, is_status
+from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
 from extender.quota import decisions as d
@@ -37,8 +37,8 @@ class Actions:
         self._chains: dict[str, asyncio.Future] = {}
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
-        self._releases: dict[int, asyncio.Future] = {}
-        self._release_seq = 0
+        self.releases = Releases()
+        self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
         self._waiters: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task] = set()
         self.status_dirty = True
@@ -58,16 +58,21 @@ class Actions:
         task.add_done_callback(self._background.discard)
         return task
 
-    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None) -> asyncio.Future:
+    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None,
+              call_class: int = ORDINARY) -> asyncio.Future:
         """Run make() after every earlier write for this key has ended (whatever its outcome).
 
         `release`: a release (see release()) this write carries out. It is marked done when the
         write succeeds. If the write is given up (a permanent error, or `write_retries` spent) or
         cancelled (this replica stopped leading), the release is abandoned: the room was not freed
-        in the API's record, so whatever waits on it does not write either."""
+        in the API's record, so whatever waits on it does not write either.
+
+        A release goes before other calls waiting for a connection (kubeapi.CALL_CLASS); so does an
+        admission, given `call_class=URGENT`."""
         prev = self._chains.get(key)
 
         async def run():
+            CALL_CLASS.set(URGENT if release is not None else call_class)  # this task's context only
             try:
                 if prev is not None and not prev.done():
                     try:
@@ -100,24 +105,14 @@ class Actions:
         task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
         return task
 
-    def release(self) -> tuple[int, asyncio.Future]:
-        self._release_seq += 1
-        fut = asyncio.get_running_loop().create_future()
-        self._releases[self._release_seq] = fut
-        return self._release_seq, fut
+    def release(self) -> int:
+        return self.releases.start()
 
     def released(self, rid: int) -> None:
-        fut = self._releases.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        self.releases.end(rid)
 
     def abandon(self, rid: int) -> None:
-        fut = self._releases.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.cancel()
-
-    def barrier(self) -> list[asyncio.Future]:
-        return [f for f in self._releases.values() if not f.done()]
+        self.releases.end(rid, abandoned=True)
 
     def poke(self, uid: str) -> None:
         ev = self._waiters.get(uid)
@@ -146,10 +141,8 @@ class Actions:
         self._chains.clear()
         self._created.clear()
         self.evicting.clear()
-        for fut in self._releases.values():
-            if not fut.done():
-                fut.cancel()
-        self._releases.clear()
+        self.releases.cancel_all()
+        self._pending_latest.clear()
 
     async def idle(self) -> None:
         """Wait until no write is under way (tests, benchmarks)."""
@@ -176,7 +169,7 @@ class Actions:
         judged on a live read."""
         first = None
         if cached is not None:
-            body = change(copy.deepcopy(cached))
+            body = change(W.json_copy(cached))
             if body is not None:
                 first = _Computed(body)
 
@@ -193,7 +186,7 @@ class Actions:
         def guarded(obj):
             if isinstance(obj, _Computed):
                 return obj.body
-            return change(copy.deepcopy(obj))
+            return change(W.json_copy(obj))
 
         return await retry_on_conflict(read, guarded, send, attempts=8)
 
@@ -237,6 +230,7 @@ class Actions:
         }
 
         async def send():
+            CALL_CLASS.set(INFORM)  # (spawned from a write's task, whose context it copied)
             try:
                 await self.kube.create(K.EVENTS, st.namespace, body)
             except Exception as exc:  # noqa: BLE001
@@ -304,7 +298,7 @@ class Actions:
             if job is None:
                 return
             pc = W.priority_class_of(job, self.ctl.priorities.workload_classes, self.ctl.priorities.pod_classes)
-            priority = self.ctl.priority_of(job)
+            priority = st.priority if st.priority is not None else self.ctl.priority_of(job)
             body = W.build_workload(job, priority, pc)
             try:
                 created = await self.kube.create(K.WORKLOADS, st.namespace, body)
@@ -336,27 +330,34 @@ class Actions:
             return wl
 
         first = W.condition(self.workload(st), "QuotaReserved") is None
+        token = self._pending_latest[st.key] = object()
 
         async def write():
+            # Written only if it is still the last word when its turn in the chain comes: with a
+            # deep write queue a workload is often admitted, or given a newer message, meanwhile
+            # (a workload admitted at its first look never shows QuotaReserved=False, as in Kueue).
+            if self._pending_latest.get(st.key) is not token:
+                return
+            del self._pending_latest[st.key]
+            if st.phase != "pending":
+                return
             result = await self._update_workload(st, change)
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, call_class=INFORM)
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
-        barrier = self.barrier()
+        barrier = self.releases.barrier()
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
         resumed = W.is_true(self.workload(st), "Requeued") or W.condition(self.workload(st), "Evicted") is not None
 
         async def write():
-            if barrier:
-                results = await asyncio.gather(*barrier, return_exceptions=True)
-                if any(isinstance(r, BaseException) for r in results):
-                    return  # a release was abandoned: this replica is stopping, the next one decides
+            if barrier is not None and not await self.releases.wait(barrier):
+                return  # a release was abandoned: this replica is stopping, the next one decides
             if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
             wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
@@ -364,7 +365,7 @@ class Actions:
                 return
             await self._unsuspend(st, admission, flavors, resumed)
 
-        self.chain(st.key, write)
+        self.chain(st.key, write, call_class=URGENT)
 
     async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool,
                          only_suspended: bool = False) -> None:
@@ -395,7 +396,7 @@ class Actions:
                     admission.flavors_of(W.MAIN), body[:300])
         self.refused.append(st.key)
         engine = self.ctl.engine
-        rid, _ = self.release()
+        rid = self.release()
         if engine is not None:
             engine.finish(st.key)
         st.phase = "blocked"
@@ -429,7 +430,7 @@ class Actions:
     def suspend_unadmitted(self, st: "JobState") -> None:
         """A managed Job running without a reservation (created unsuspended with no webhook in
         front, or its Workload deleted): suspend it; its pods count until they are gone."""
-        rid, _ = self.release()
+        rid = self.release()
 
         async def write():
             if st.phase in ("pending", "blocked"):
@@ -444,7 +445,7 @@ class Actions:
               preempted_reason: str | None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid, _ = self.release()
+        rid = self.release()
         message = ""
 
         def mark(wl: dict) -> dict | None:
@@ -481,7 +482,7 @@ class Actions:
     def resume_eviction(self, st: "JobState") -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid, _ = self.release()
+        rid = self.release()
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
 
@@ -536,7 +537,7 @@ class Actions:
             self.ctl.pods_gone(st.uid)
 
     def finish_workload(self, st: "JobState", how: str) -> None:
-        rid, _ = self.release()
+        rid = self.release()
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):
@@ -556,7 +557,7 @@ class Actions:
     def delete_workload(self, st: "JobState") -> None:
         """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
         delete it here so its reservation leaves the record before anything uses the room."""
-        rid, _ = self.release()
+        rid = self.release()
 
         async def write():
             await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
@@ -565,6 +566,7 @@ class Actions:
 
     # -- ClusterQueue and LocalQueue status ---------------------------------------------------------------
     async def status_loop(self) -> None:
+        CALL_CLASS.set(INFORM)
         while True:
             await asyncio.sleep(self.ctl.options.status_interval)
             if not self.ctl.leader or not self.ctl.recovered or self.ctl.engine is None or not self.status_dirty:

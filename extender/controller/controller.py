@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from extender.controller import kinds as K
 from extender.controller import workload as W
 from extender.controller.actions import Actions
-from extender.controller.kubeapi import KubeApi
+from extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from extender.controller.leader import LeaderElector
 from extender.controller.metrics import Metrics
 from extender.kube import Informer
@@ -74,6 +74,7 @@ class JobState:
     wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
     phase: str = "pending"  # pending | admitted | evicting | blocked | finished
     refusals: int = 0  # how often the API refused the pod template admission needed
+    priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
 
 
 class Controller:
@@ -82,6 +83,7 @@ class Controller:
         self.api = api
         self.options = options or Options()
         self.identity = identity
+        skip_environment_lookups(api)
         self.kube = KubeApi(api, qps=self.options.qps, burst=self.options.burst,
                             concurrency=self.options.concurrency, request_timeout=self.options.request_timeout)
         self.metrics = metrics or Metrics()
@@ -358,6 +360,7 @@ class Controller:
             self.actions.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
             return
         self.engine.submit(spec)
+        st.priority = spec.priority
         st.phase = "pending"
 
     def resubmit(self, st: JobState) -> None:

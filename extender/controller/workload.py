@@ -3,7 +3,6 @@ conditions, its `status.admission`, and the pod-template changes admission makes
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import hashlib
 from typing import Any
@@ -26,6 +25,11 @@ HUMAN_PREEMPTION_REASONS = {
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
 }
 
+
+
+def json_copy(obj):
+    """A deep copy of JSON data (what the watch caches hold), several times faster than copy.deepcopy."""
+    return orjson.loads(orjson.dumps(obj))
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -60,7 +64,7 @@ def pod_count(job: dict) -> int:
 
 def original_template(job: dict) -> dict:
     """The Job's pod template as its owner wrote it (before any flavor was injected)."""
-    template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+    template = json_copy((job.get("spec") or {}).get("template") or {})
     raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_SCHEDULING_ANNOTATION)
     if raw:
         _put_scheduling(template, orjson.loads(raw))
@@ -174,14 +178,14 @@ def admission_from_status(admission: dict) -> Admission:
 
 def _scheduling(template: dict) -> dict:
     spec = template.get("spec") or {}
-    return {k: copy.deepcopy(spec[k]) for k in ("nodeSelector", "tolerations") if k in spec}
+    return {k: json_copy(spec[k]) for k in ("nodeSelector", "tolerations") if k in spec}
 
 
 def _put_scheduling(template: dict, fields: dict) -> None:
     spec = template.setdefault("spec", {})
     for k in ("nodeSelector", "tolerations"):
         if k in fields:
-            spec[k] = copy.deepcopy(fields[k])
+            spec[k] = json_copy(fields[k])
         else:
             spec.pop(k, None)
 
@@ -189,7 +193,7 @@ def _put_scheduling(template: dict, fields: dict) -> None:
 def admitted_job(job: dict, flavors: list[FlavorSpec]) -> dict:
     """The Job unsuspended with the flavors' nodeLabels and tolerations in its pod template; the
     template's own scheduling fields are recorded in an annotation (once) to restore later."""
-    out = copy.deepcopy(job)
+    out = json_copy(job)
     meta = out["metadata"]
     annotations = meta.setdefault("annotations", {})
     template = out["spec"]["template"]
@@ -210,14 +214,14 @@ def admitted_job(job: dict, flavors: list[FlavorSpec]) -> dict:
 
 
 def suspended_job(job: dict) -> dict:
-    out = copy.deepcopy(job)
+    out = json_copy(job)
     out["spec"]["suspend"] = True
     return out
 
 
 def restored_job(job: dict) -> dict:
     """The suspended Job with its own pod template back (the annotation dropped)."""
-    out = copy.deepcopy(job)
+    out = json_copy(job)
     out["spec"]["template"] = original_template(job)
     (out["metadata"].get("annotations") or {}).pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
     return out

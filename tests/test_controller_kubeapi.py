@@ -1,0 +1,59 @@
+"""The controller's API client skips aiohttp's per-request proxy/.netrc lookups only when no proxy
+variable is set, so a deployment behind a proxy still reaches the API server through it; calls that
+move quota take a free connection before the others."""
+
+import pytest
+from kubernetes_asyncio import client
+
+from extender.controller.kubeapi import skip_environment_lookups
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch):
+    for v in PROXY_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+        monkeypatch.delenv(v.upper(), raising=False)
+    return monkeypatch
+
+
+async def test_lookups_are_skipped_without_a_proxy_variable(no_proxy_env):
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
+        assert api.rest_client.pool_manager.trust_env
+        assert skip_environment_lookups(api)
+        assert not api.rest_client.pool_manager.trust_env
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "http_proxy", "ALL_PROXY"])
+async def test_a_proxy_variable_keeps_the_environment_trusted(no_proxy_env, variable):
+    no_proxy_env.setenv(variable, "http://proxy.example:3128")
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
+        assert not skip_environment_lookups(api)
+        assert api.rest_client.pool_manager.trust_env
+
+
+async def test_more_urgent_calls_take_the_next_free_slot_first():
+    import asyncio
+
+    from extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+
+    slots = Slots(1)
+    await slots.take(ORDINARY)  # the one slot is busy
+    order: list[str] = []
+
+    async def call(name: str, cls: int):
+        await slots.take(cls)
+        order.append(name)
+        slots.give()
+
+    tasks = [asyncio.ensure_future(call(name, cls)) for name, cls in (
+        ("inform", INFORM), ("ordinary-1", ORDINARY), ("ordinary-2", ORDINARY), ("urgent", URGENT))]
+    cancelled = asyncio.ensure_future(call("cancelled", URGENT))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    slots.give()
+    await asyncio.gather(*tasks)
+    assert order == ["urgent", "ordinary-1", "ordinary-2", "inform"]
+    await slots.take(ORDINARY)  # every slot came back: one free again
