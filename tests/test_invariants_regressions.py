@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.strategies.quota_oracle import InvariantViolation, run_history
-from tests.strategies.quota_world import CohortW, Q, QueueW, Submit, World
+from tests.strategies.quota_world import CohortW, Q, QueueW, SetQuota, Submit, World
 
 SHARED = ((("cpu", "nvidia.com/gpu"), ("f0",)),)
 
@@ -77,3 +77,29 @@ def test_no_preemption_cycle_between_queues_sharing_a_child_cohort():
     history = [Submit(queue=6, ns=0, priority=1, count=1, cpu=3, gpu=1, copies=3),
                Submit(queue=1, ns=0, priority=2, count=1, cpu=3, gpu=0, copies=2)]
     run_history(world, history)
+
+
+def test_over_admission_after_a_quota_cut_leaves_a_lending_limit_reserve_usable():
+    # cq-0 lends at most 2 of its 10 cpu (lendingLimit 2: 8 stay at home). cq-1 runs 12 (its
+    # 10 plus the 2 cq-0 lends); then cq-1's quota is cut to 5, leaving the cohort 5 over
+    # (7 lendable, 12 used). Kueue's available() subtracts that deficit from cq-0's reserve,
+    # so cq-0 could run only 3 of its guaranteed 8. Running cq-0's 8 adds nothing to the
+    # cohort's usage, so all 8 are admitted at once; cq-1's excess is not made any larger.
+    world = World(
+        flavors=("f0",),
+        cohorts=(CohortW("c0"),),
+        queues=(QueueW("cq-0", "c0", ((("cpu",), ("f0",)),), (Q("f0", "cpu", 10, None, 2),)),
+                QueueW("cq-1", "c0", ((("cpu",), ("f0",)),), (Q("f0", "cpu", 10),))),
+    )
+    history = [Submit(queue=1, copies=12),
+               SetQuota(node=1, entry=0, nominal=5),
+               Submit(queue=0, copies=9)]
+    run = run_history(world, history)
+    states = {}
+    for key, job in run.jobs.items():
+        states.setdefault((job.op.queue, job.state), []).append(key)
+    assert {k: len(v) for k, v in states.items()} == {(1, "admitted"): 12, (0, "admitted"): 8, (0, "pending"): 1}
+    ninth = states[(0, "pending")][0]
+    # What must be freed before the ninth fits counts the cohort's deficit: 1 + 5 (cpu here is in millicores).
+    assert run.engine.pending_message(ninth) == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor f0, 6m more needed")

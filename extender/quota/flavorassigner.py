@@ -280,7 +280,8 @@ class FlavorAssigner:
         available = node.available(fr)
         if val <= available:
             return P_FIT, borrow, []
-        why = [f"insufficient unused quota for {res} in flavor {flavor}, {format_engine_int(res, val - available)} more needed"]
+        needed = val - node.available_with_deficits(fr)
+        why = [f"insufficient unused quota for {res} in flavor {flavor}, {format_engine_int(res, needed)} more needed"]
         if node.nominal(fr) >= val or may_reclaim or self._can_preempt_within_cluster_queue() or self._can_preempt_while_borrowing():
             pmode, borrow_after = self.oracle(self.cq.name, wl, fr, val)
             return pmode, borrow_after, why

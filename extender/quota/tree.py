@@ -74,16 +74,30 @@ class QuotaNode:
         return max(0, self.local_quota(fr) - self.usage.get(fr, 0))
 
     def available(self, fr: FlavorResource) -> int:
-        """Unused capacity this node may take now, within borrowing limits (may be negative)."""
+        """Unused capacity this node may take now, within borrowing limits.
+
+        Unlike Kueue's available(), over-admission above (usage left over a quota cut) never
+        eats into what a lendingLimit keeps at home: that part is a guarantee, and using it
+        adds nothing to any ancestor's usage. So a parent's deficit counts as zero here."""
+        return self._available(fr, keep_reserves=True)
+
+    def available_with_deficits(self, fr: FlavorResource) -> int:
+        """Kueue's available(): a parent's deficit is subtracted (may be negative). What must be
+        freed before `val` fits is `val` minus this, the figure of "N more needed"."""
+        return self._available(fr, keep_reserves=False)
+
+    def _available(self, fr: FlavorResource, keep_reserves: bool) -> int:
         if self.parent is None:
             return self.subtree_quota.get(fr, 0) - self.usage.get(fr, 0)
-        parent_available = self.parent.available(fr)
+        parent_available = self.parent._available(fr, keep_reserves)
         q = self.quotas.get(fr)
         if q is not None and q.borrowing_limit is not None:
             local = self.local_quota(fr)
             stored_in_parent = self.subtree_quota.get(fr, 0) - local
             used_in_parent = max(0, self.usage.get(fr, 0) - local)
             parent_available = min(stored_in_parent - used_in_parent + q.borrowing_limit, parent_available)
+        if keep_reserves and parent_available < 0:
+            parent_available = 0
         return self.local_available(fr) + parent_available
 
     def potential_available(self, fr: FlavorResource) -> int:
