@@ -276,9 +276,12 @@ class QuotaEngine:
         assert lq is not None
         p.cluster_queue = lq.cluster_queue
         g = self._queues[lq.cluster_queue].push(p)
-        if g.parked is not None and g.members[0] is not p and not p.evaluated:
-            # it would get its group's answer in this state: the message its first member has
-            p.message, p.reason = g.members[0].message, g.members[0].reason
+        head = g.members[0]
+        if g.parked is not None and head is not p and not p.evaluated:
+            # Its group's head was just judged in this state: a quota answer is not computed
+            # again (Kueue's equivalence hashing), any other answer is the same for it.
+            p.reason = head.reason
+            p.message = d.BYPASSED if head.reason in d.NO_FIT_REASONS else head.message
         self._ready.add(lq.cluster_queue)
 
     # -- the pass ---------------------------------------------------------------------------------
@@ -390,11 +393,19 @@ class QuotaEngine:
         return selector_matches(self.state.cq_specs[cq].namespace_selector, labels)
 
     def _give_up(self, g: PendingGroup, message: str, reason: str, out: list[d.Decision], until: float | None = None) -> None:
-        """The group cannot be admitted now: its first member says why, members that never
-        had an answer get the same one, and the group waits for quota to free up."""
+        """The group cannot be admitted now: its first member says why and the group waits
+        for quota to free up. Members behind it are not evaluated (as Kueue skips workloads
+        equivalent to one that just failed): they keep their answer, or, never having had
+        one, are pending evaluation; a problem that is not about quota applies to all."""
+        quota = reason in d.NO_FIT_REASONS
         for i, p in enumerate(g.members):
-            if i == 0 or not p.evaluated:
+            if i == 0:
                 self._set_pending(p, g.cq, message, out, reason)
+            elif not p.evaluated:
+                if quota:
+                    self._set_pending(p, g.cq, d.PENDING_EVALUATION, out, "PendingEvaluation")
+                else:
+                    self._set_pending(p, g.cq, message, out, reason)
         self._park(g, until)
 
     def _process(self, e: _Entry, now: float, out: list[d.Decision]) -> None:

@@ -22,7 +22,7 @@ class PendingWorkload:
     spec: WorkloadSpec
     queue_ts: tuple[float, int]  # creation or eviction time, then submission order
     message: str | None = None
-    reason: str = "Pending"
+    reason: str = "PendingEvaluation"
     cluster_queue: str | None = None
     evaluated: bool = False
 
