@@ -416,6 +416,22 @@ async def test_plain_http_and_old_tls_refused(hook):
         writer.close()
 
 
+async def test_tls12_offers_only_forward_secret_aead_ciphers(hook):
+    port = int(hook.base.rsplit(":", 1)[1])
+    cbc = client_context(hook.cert_dir)
+    cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+    cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA:AES128-SHA")
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=cbc)
+        writer.close()
+    tls12 = client_context(hook.cert_dir)
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls12)
+    cipher, version, _bits = writer.get_extra_info("cipher")
+    writer.close()
+    assert version == "TLSv1.2" and ("GCM" in cipher or "CHACHA20" in cipher) and cipher.startswith("ECDHE")
+
+
 async def test_server_certificate_verifies_against_ca_only(hook, tmp_path):
     other = make_cert_dir(tmp_path / "other")
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(other))) as s:
