@@ -283,7 +283,17 @@ class Controller:
             return
         if st.phase != "finished" and W.job_finished(job):
             self._finish(st, W.job_finished(job) or "Complete")
+        elif st.phase == "admitted" and job["spec"].get("suspend"):
+            self._keep_running(st)
         self.actions.poke(st.uid)
+
+    def _keep_running(self, st: JobState) -> None:
+        """Someone suspended a Job whose Workload holds a reservation. As in Kueue, the
+        admission stands and the Job is started again, with its admitted template (a
+        nodeSelector edited meanwhile does not survive); to stop it, delete it."""
+        w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
+        if w is not None:
+            self.actions.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
         st = self.jobs.get(W_key(job))
