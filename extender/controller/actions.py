@@ -77,6 +77,9 @@ class Actions:
                 if prev is not None and not prev.done():
                     try:
                         await asyncio.shield(prev)
+                    except asyncio.CancelledError:
+                        if asyncio.current_task().cancelling():
+                            raise  # this write is cancelled (the replica stopped), not only the earlier one
                     except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
                         pass
                 try:
@@ -416,13 +419,18 @@ class Actions:
         self.ctl.mark_dirty()
 
     def ensure_running(self, st: "JobState", admission: Admission) -> None:
-        """After a restart: an admitted Workload's Job must be unsuspended (the last leader may
-        have died between the two writes)."""
+        """The Job of an admitted Workload must run: after a restart (the last leader may have
+        died between the two writes), or when someone suspended it by hand."""
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
 
         async def write():
+            # The decision may not be written yet (its write waits for releases, and may be
+            # abandoned): a Job is never started without its reservation in the API's record.
+            wl = self.workload(st)
+            if not self.ctl.leader or st.phase != "admitted" or not (wl and W.is_true(wl, "QuotaReserved")):
+                return
             await self._unsuspend(st, admission, flavors, resumed=False, only_suspended=True)
 
         self.chain(st.key, write)

@@ -37,13 +37,18 @@ class LeaderElector:
         CALL_CLASS.set(URGENT)  # a renewal never waits behind the controller's queue of writes
         try:
             while True:
+                # A leader's round may not outlast its renew deadline: requests are retried while
+                # the API is unreachable, and a leader that waited on them would go on leading
+                # after its Lease expired and another replica took over.
+                limit = self._last_renew + self.renew_deadline - time.monotonic() if self.leading else None
                 try:
-                    await self._round()
+                    await asyncio.wait_for(self._round(), None if limit is None else max(limit, 0.0))
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the API is down: keep trying, step down if leading
-                    log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
-                    if self.leading and time.monotonic() - self._last_renew > self.renew_deadline:
+                    log.warning("lease %s/%s: %s", self.namespace, self.name,
+                                "no answer before the renew deadline" if isinstance(exc, asyncio.TimeoutError) else exc)
+                    if self.leading and time.monotonic() - self._last_renew >= self.renew_deadline:
                         await self._step_down("could not renew the lease in time")
                 await asyncio.sleep(self.retry_period)
         finally:
