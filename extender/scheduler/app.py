@@ -8,12 +8,14 @@ import asyncio
 import logging
 import os
 import ssl
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import orjson
 from aiohttp import web
 
+from extender.scheduler.memo import PodMemo
 from extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
 from extender.scheduler.view import ClusterView
 from extender.scheduler.wire import filter_error, preemption_result
@@ -46,8 +48,9 @@ async def _healthz(request: web.Request) -> web.Response:
 def build_app(view: ClusterView) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app[VIEW_KEY] = view
-    app.router.add_post("/filter", _endpoint(filter_verb, filter_error))
-    app.router.add_post("/prioritize", _endpoint(prioritize_verb, lambda msg: {"Error": msg}))
+    memo = PodMemo()  # the pod of an attempt is decoded at /filter and reused at /prioritize
+    app.router.add_post("/filter", _endpoint(partial(filter_verb, memo=memo), filter_error))
+    app.router.add_post("/prioritize", _endpoint(partial(prioritize_verb, memo=memo), lambda msg: {"Error": msg}))
     app.router.add_post("/preempt", _endpoint(preempt_verb, lambda msg: preemption_result({}, msg)))
     app.router.add_get("/healthz", _healthz)
     return app
