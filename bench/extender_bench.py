@@ -169,22 +169,11 @@ def serve(cert_dir: str, port_q: mp.Queue) -> None:
         await request.read()
         return web.Response(body=bare_answer, content_type="application/json")
 
-    # answers of the extender's size, made once: what sending them costs without our logic
-    probe = request_bodies()[0][0]
-    sized_filter = filter_verb(probe, build_view(), PodMemo())
-    sized_prio = prioritize_verb(prioritize_body(probe, answered_names(sized_filter)), build_view())
-
-    async def sized(request: web.Request) -> web.Response:
-        await request.read()
-        body = sized_filter if request.match_info["verb"] == "filter" else sized_prio
-        return web.Response(body=body, content_type="application/json")
-
     async def cpu(request: web.Request) -> web.Response:
         t = os.times()
         return web.json_response({"cpu": t.user + t.system})
 
     app.router.add_post("/bare/{verb}", bare)
-    app.router.add_post("/sized/{verb}", sized)
     app.router.add_get("/cpu", cpu)
 
     async def main():
@@ -299,8 +288,7 @@ def main() -> None:
                 asyncio.run(run_load(base, "", bodies, args.pods // 4, first, conc, ctx, None))  # warm-up
                 first += args.pods
                 for _ in range(args.rounds):
-                    for label, prefix, prio in (("bare", "/bare", prio_bodies), ("sized", "/sized", prio_bodies),
-                                                ("extender", "", None)):
+                    for label, prefix, prio in (("bare", "/bare", prio_bodies), ("extender", "", None)):
                         res = asyncio.run(run_load(base, prefix, bodies, args.pods, first, conc, ctx, prio))
                         rounds.setdefault((label, conc), []).append(res)
                         first += args.pods

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import is_, not_
+from operator import itemgetter, not_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
@@ -19,6 +19,9 @@ from extender.placement.cache import NodeCache, NodeState
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
                                       tolerates_cordon)
+
+
+_UNKNOWN = (NOT_CACHED, False)  # the verdict for a name the cache does not know
 
 
 @dataclass(slots=True)
@@ -58,20 +61,17 @@ def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> F
     Passed names are the cache's own name objects (equal to the candidates), so that later
     lookups with them are identity hits."""
     prof = cache.fit_profile(pod.flavor, pod.gpus, pod.all_tolerations)
-    got = list(map(prof.verdicts.get, names))
-    ok = list(map(is_, map(type, got), repeat(str)))  # a verdict that is a name: the node fits
+    got = list(map(prof.verdicts.get, names, repeat(_UNKNOWN)))
+    ok = list(map(str.__instancecheck__, got))  # a verdict that is a name: the node fits
     out = FilterResult(list(compress(got, ok)))
     if len(out.passed) == len(names):
         return out
-    failed, unresolvable = out.failed, out.unresolvable
     bad = list(map(not_, ok))
-    for name, verdict in zip(compress(names, bad), compress(got, bad)):
-        if verdict is None:
-            failed[name] = NOT_CACHED
-        elif verdict[1]:
-            unresolvable[name] = verdict[0]
-        else:
-            failed[name] = verdict[0]
+    verdicts = list(compress(got, bad))  # (reason, unresolvable), shared tuples
+    rows = list(zip(compress(names, bad), map(itemgetter(0), verdicts)))
+    unresolvable = list(map(itemgetter(1), verdicts))
+    failed = out.failed = dict(compress(rows, map(not_, unresolvable)))
+    unresolvable = out.unresolvable = dict(compress(rows, unresolvable))
     own = cache.own_reservation(pod.uid)
     if own is not None and own[0] in prof.members and (own[0] in failed or own[0] in unresolvable):
         node = own[0]

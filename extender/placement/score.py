@@ -94,11 +94,10 @@ def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache) -> list
         if job_nodes:
             if 8 * len(job_nodes) < len(names):
                 present = set(names)
-                hit = [n for n in job_nodes if n in present]
-            else:
-                hit = list(compress(names, map(job_nodes.__contains__, names)))
-            codes_of = prof.codes
-            special = {n: codes_of[n][1] for n in hit}
+                codes_of = prof.codes
+                special = {n: codes_of[n][1] for n in job_nodes if n in present}
+            else:  # the codes read above, where the Job has pods
+                special = dict(compress(zip(names, map(itemgetter(1), codes)), map(job_nodes.__contains__, names)))
     if own_node is not None and own_node in cache.states:
         special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
     if special:
