@@ -22,8 +22,11 @@ from extender.scheduler.wire import filter_error, preemption_result
 
 log = logging.getLogger("gpuqueue.extender")
 
-# nodeCacheCapable false sends every candidate Node in full (a few KB each).
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
+# The verbs run on the event loop, so a huge body holds up every other call while it is
+# decoded. nodeCacheCapable true sends a pod and names (5,000 names ~ 100 KB); false sends
+# every candidate Node in full (~5-15 KB each, 500 candidates at 5,000 nodes): 16 MiB covers
+# that with room, and --max-request-bytes raises it for larger full-Node requests.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 VIEW_KEY = web.AppKey("view", object)
 
 
@@ -45,8 +48,9 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def build_app(view: ClusterView) -> web.Application:
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+def build_app(view: ClusterView, max_request_bytes: int | None = None) -> web.Application:
+    """A larger body is refused with HTTP 413 naming the limit (default ``MAX_REQUEST_BYTES``)."""
+    app = web.Application(client_max_size=max_request_bytes or MAX_REQUEST_BYTES)
     app[VIEW_KEY] = view
     memo = PodMemo()  # the pod of an attempt is decoded at /filter and reused at /prioritize
     app.router.add_post("/filter", _endpoint(partial(filter_verb, memo=memo), filter_error))
@@ -86,13 +90,14 @@ async def reload_certs(ctx: ssl.SSLContext, cert_dir: str | os.PathLike, every: 
 
 
 async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
-                cert_dir: str | os.PathLike | None = None, insecure_http: bool = False) -> web.AppRunner:
+                cert_dir: str | os.PathLike | None = None, insecure_http: bool = False,
+                max_request_bytes: int | None = None) -> web.AppRunner:
     """Start serving and return the runner (``await runner.cleanup()`` to stop). HTTPS unless
     ``insecure_http`` is asked for explicitly."""
     if cert_dir is None and not insecure_http:
         raise ValueError("the extender serves HTTPS: give a cert dir (tls.crt, tls.key) or ask for plain HTTP")
     ctx = tls_context(cert_dir) if cert_dir is not None else None
-    app = build_app(view)
+    app = build_app(view, max_request_bytes)
     if ctx is not None:
         async def _reloader(app: web.Application):
             task = asyncio.create_task(reload_certs(ctx, cert_dir))
