@@ -30,8 +30,16 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 VIEW_KEY = web.AppKey("view", object)
 
 
-def _endpoint(verb: Callable[[bytes, ClusterView], object], on_crash: Callable[[str], object]):
+NO_CLIENT_CERT = ("gpuqueue extender: this endpoint needs a client certificate signed by the CA given with "
+                  "--client-ca (kube-scheduler: the extender's tlsConfig certFile/keyFile)")
+
+
+def _endpoint(verb: Callable[[bytes, ClusterView], object], on_crash: Callable[[str], object],
+              client_cert: bool = False):
     async def handle(request: web.Request) -> web.Response:
+        # The handshake already rejected a certificate of another CA; this refuses none at all.
+        if client_cert and not request.transport.get_extra_info("peercert"):
+            return web.Response(status=403, text=NO_CLIENT_CERT)
         body = await request.read()
         try:
             result = verb(body, request.app[VIEW_KEY])
@@ -48,24 +56,33 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def build_app(view: ClusterView, max_request_bytes: int | None = None) -> web.Application:
-    """A larger body is refused with HTTP 413 naming the limit (default ``MAX_REQUEST_BYTES``)."""
+def build_app(view: ClusterView, max_request_bytes: int | None = None,
+              client_cert: bool = False) -> web.Application:
+    """A larger body is refused with HTTP 413 naming the limit (default ``MAX_REQUEST_BYTES``).
+    ``client_cert``: the verbs answer 403 to a client that presented no certificate (the TLS
+    context verifies the ones presented); /healthz stays open for the kubelet's probes."""
     app = web.Application(client_max_size=max_request_bytes or MAX_REQUEST_BYTES)
     app[VIEW_KEY] = view
     memo = PodMemo()  # the pod of an attempt is decoded at /filter and reused at /prioritize
-    app.router.add_post("/filter", _endpoint(partial(filter_verb, memo=memo), filter_error))
-    app.router.add_post("/prioritize", _endpoint(partial(prioritize_verb, memo=memo), lambda msg: {"Error": msg}))
-    app.router.add_post("/preempt", _endpoint(preempt_verb, lambda msg: preemption_result({}, msg)))
+    app.router.add_post("/filter", _endpoint(partial(filter_verb, memo=memo), filter_error, client_cert))
+    app.router.add_post("/prioritize", _endpoint(partial(prioritize_verb, memo=memo), lambda msg: {"Error": msg},
+                                                 client_cert))
+    app.router.add_post("/preempt", _endpoint(preempt_verb, lambda msg: preemption_result({}, msg), client_cert))
     app.router.add_get("/healthz", _healthz)
     return app
 
 
-def tls_context(cert_dir: str | os.PathLike) -> ssl.SSLContext:
-    """Server context from ``tls.crt``/``tls.key`` in ``cert_dir``; TLS 1.2 or newer."""
+def tls_context(cert_dir: str | os.PathLike, client_ca: str | os.PathLike | None = None) -> ssl.SSLContext:
+    """Server context from ``tls.crt``/``tls.key`` in ``cert_dir``; TLS 1.2 or newer. With
+    ``client_ca``, a client certificate that is presented must be signed by that CA (one that is
+    not presented is refused by the verbs, not the handshake: the kubelet probes /healthz)."""
     d = Path(cert_dir)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(d / "tls.crt", d / "tls.key")
+    if client_ca is not None:
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
@@ -91,13 +108,17 @@ async def reload_certs(ctx: ssl.SSLContext, cert_dir: str | os.PathLike, every: 
 
 async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
                 cert_dir: str | os.PathLike | None = None, insecure_http: bool = False,
-                max_request_bytes: int | None = None) -> web.AppRunner:
+                max_request_bytes: int | None = None,
+                client_ca: str | os.PathLike | None = None) -> web.AppRunner:
     """Start serving and return the runner (``await runner.cleanup()`` to stop). HTTPS unless
-    ``insecure_http`` is asked for explicitly."""
+    ``insecure_http`` is asked for explicitly; with ``client_ca``, the verbs serve only clients
+    presenting a certificate signed by it (kube-scheduler's tlsConfig certFile/keyFile)."""
     if cert_dir is None and not insecure_http:
         raise ValueError("the extender serves HTTPS: give a cert dir (tls.crt, tls.key) or ask for plain HTTP")
-    ctx = tls_context(cert_dir) if cert_dir is not None else None
-    app = build_app(view, max_request_bytes)
+    if client_ca is not None and cert_dir is None:
+        raise ValueError("client certificates need HTTPS: give a cert dir")
+    ctx = tls_context(cert_dir, client_ca) if cert_dir is not None else None
+    app = build_app(view, max_request_bytes, client_cert=client_ca is not None)
     if ctx is not None:
         async def _reloader(app: web.Application):
             task = asyncio.create_task(reload_certs(ctx, cert_dir))
