@@ -27,6 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
     p.add_argument("--burst", type=int, default=200)
     p.add_argument("--insecure-http", action="store_true", help="serve the extender over plain HTTP (tests)")
+    p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024,
+                   help="larger extender requests are refused (413); full-Node requests may need more")
+    p.add_argument("--client-ca", type=Path, default=None,
+                   help="serve /filter, /prioritize, /preempt only to clients with a certificate signed by this CA")
     p.set_defaults(run=run)
 
     e = sub.add_parser("explain", help="why is my job pending?")
@@ -93,7 +97,8 @@ async def serve(args: argparse.Namespace) -> int:
     view = ControllerClusterView(ctl)
     ops = await start_ops(ctl, args.host, args.metrics_port)
     ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
-                                   insecure_http=args.insecure_http)
+                                   insecure_http=args.insecure_http, max_request_bytes=args.max_request_bytes,
+                                   client_ca=args.client_ca)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -208,8 +208,8 @@ def _nested(depth: int) -> dict:
 
 
 async def test_oversized_body_is_refused_with_the_limit_named(tmp_path, monkeypatch):
-    # The real limit (256 MiB, for full Node lists) is too big to send in a unit test; the
-    # refusal path is the same at 1 MiB.
+    # The real limit (16 MiB by default, for full Node lists) is too big to send in a unit
+    # test; the refusal path is the same at 1 MiB.
     monkeypatch.setattr(extender_app, "MAX_REQUEST_BYTES", 1024 * 1024)
     cert_dir = make_cert_dir(tmp_path)
     runner = await start(cluster(), host="127.0.0.1", port=0, cert_dir=cert_dir)

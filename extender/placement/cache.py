@@ -98,35 +98,40 @@ class _PodRecord:
     expires: float = 0.0
 
 
+_VERDICTS: dict[tuple[str, bool], tuple[str, bool]] = {}  # reasons are few: GPU counts, taints, flavors
+
+
 class FitProfile:
-    """Pods of one flavor needing ``need`` GPUs with these tolerations: ``fits`` are the member
-    nodes that take them, ``failed`` (a GPU shortage) and ``unresolvable`` (cordon, taint) say
-    why each other member does not. Nodes outside ``members`` appear in none of them."""
+    """Pods of one flavor needing ``need`` GPUs with these tolerations: for every node the
+    cache knows, one entry in ``verdicts``: the node's name when it takes such a pod (the
+    cache's own name object, so later lookups with it compare by identity), else (reason,
+    unresolvable); unresolvable is a cordon, a taint or another flavor, not a GPU shortage.
+    One lookup per candidate says everything."""
 
-    __slots__ = ("members", "need", "tolerations", "cordon_ok", "fits", "failed", "unresolvable")
+    __slots__ = ("members", "need", "tolerations", "cordon_ok", "mismatch", "verdicts")
 
-    def __init__(self, members: set[str], need: int, tolerations: frozenset[Toleration]) -> None:
+    def __init__(self, members: set[str], need: int, tolerations: frozenset[Toleration],
+                 mismatch_reason: str) -> None:
         self.members = members  # the cache's live member set of the flavor
         self.need = need
         self.tolerations = tuple(tolerations)
         self.cordon_ok = tolerates_cordon(self.tolerations)
-        self.fits: set[str] = set()
-        self.failed: dict[str, str] = {}
-        self.unresolvable: dict[str, str] = {}
+        self.mismatch = (mismatch_reason, True)
+        self.verdicts: dict[str, str | tuple[str, bool]] = {}
 
     def update(self, name: str, st: "NodeState | None") -> None:
-        self.fits.discard(name)
-        self.failed.pop(name, None)
-        self.unresolvable.pop(name, None)
-        if st is None or st.info is None or name not in self.members:
-            return
-        verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
-        if verdict is None:
-            self.fits.add(name)
-        elif verdict[1]:
-            self.unresolvable[name] = verdict[0]
+        if st is None or st.info is None:
+            self.verdicts.pop(name, None)
+        elif name not in self.members:
+            self.verdicts[st.name] = self.mismatch
         else:
-            self.failed[name] = verdict[0]
+            verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
+            # one shared tuple per distinct verdict: filtering reads few, hot objects
+            if verdict is not None:
+                if len(_VERDICTS) > 8192:  # only sharing is lost
+                    _VERDICTS.clear()
+                verdict = _VERDICTS.setdefault(verdict, verdict)
+            self.verdicts[st.name] = st.name if verdict is None else verdict
 
 
 class ScoreProfile:
@@ -238,19 +243,20 @@ class NodeCache:
 
     def fit_profile(self, flavor: FlavorSelector | None, need: int,
                     tolerations: Iterable[Toleration]) -> FitProfile:
-        """Which nodes of ``flavor`` take a pod needing ``need`` GPUs with these tolerations
-        (registered on first use; current from then on). Do not modify."""
+        """Which nodes take a pod of ``flavor`` needing ``need`` GPUs with these tolerations,
+        and why each other node does not (registered on first use, one pass over the nodes;
+        current from then on). Do not modify."""
         tolerations = frozenset(tolerations)
-        key = (flavor.node_labels if flavor is not None else (), need, tolerations)
+        key = (flavor.node_labels if flavor is not None else (), flavor.name if flavor is not None else None,
+               need, tolerations)
         prof = self._fit_profiles.get(key)
         if prof is None:
             members = self._members(key[0])
             if len(self._fit_profiles) >= _MAX_FIT_PROFILES:
                 self._fit_profiles.clear()
-            prof = FitProfile(members, need, tolerations)
-            states = self.states
-            for name in members:
-                prof.update(name, states[name])
+            prof = FitProfile(members, need, tolerations, flavor.mismatch_reason if flavor is not None else "")
+            for name, st in self.states.items():
+                prof.update(name, st)
             self._fit_profiles[key] = prof
         return prof
 

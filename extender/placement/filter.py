@@ -9,8 +9,8 @@ taint mismatch is *unresolvable* (preempting pods would not help); a shortage is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import not_
+from itertools import compress, repeat
+from operator import itemgetter, not_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
@@ -19,6 +19,9 @@ from extender.placement.cache import NodeCache, NodeState
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
                                       tolerates_cordon)
+
+
+_UNKNOWN = (NOT_CACHED, False)  # the verdict for a name the cache does not know
 
 
 @dataclass(slots=True)
@@ -53,35 +56,31 @@ def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
 
 
 def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> FilterResult:
-    """The cache's FitProfile answers for every candidate; only the node holding the pod's own
-    reservation is judged on its own (its GPUs do not count against it)."""
+    """The cache's FitProfile verdict for every candidate, one lookup each; only the node
+    holding the pod's own reservation is judged on its own (its GPUs do not count against it).
+    Passed names are the cache's own name objects (equal to the candidates), so that later
+    lookups with them are identity hits."""
     prof = cache.fit_profile(pod.flavor, pod.gpus, pod.all_tolerations)
-    fits = prof.fits
-    flags = list(map(fits.__contains__, names))  # the one lookup per candidate
-    passed = list(compress(names, flags))
-    out = FilterResult(passed)
-    if len(passed) == len(names):
+    got = list(map(prof.verdicts.get, names, repeat(_UNKNOWN)))
+    ok = list(map(str.__instancecheck__, got))  # a verdict that is a name: the node fits
+    out = FilterResult(list(compress(got, ok)))
+    if len(out.passed) == len(names):
         return out
-    rest = list(compress(names, map(not_, flags)))
-    pf, pu, members = prof.failed, prof.unresolvable, prof.members
-    hit = [n for n in rest if n in pf]
-    failed = out.failed = dict(zip(hit, map(pf.__getitem__, hit)))
-    hit = [n for n in rest if n in pu]
-    unresolvable = out.unresolvable = dict(zip(hit, map(pu.__getitem__, hit)))
-    strangers = [n for n in rest if n not in members]
-    if strangers:
-        known = cache.members(None)
-        failed.update(dict.fromkeys([n for n in strangers if n not in known], NOT_CACHED))
-        if pod.flavor is not None:
-            unresolvable.update(dict.fromkeys([n for n in strangers if n in known], pod.flavor.mismatch_reason))
+    bad = list(map(not_, ok))
+    verdicts = list(compress(got, bad))  # (reason, unresolvable), shared tuples
+    rows = list(zip(compress(names, bad), map(itemgetter(0), verdicts)))
+    unresolvable = list(map(itemgetter(1), verdicts))
+    failed = out.failed = dict(compress(rows, map(not_, unresolvable)))
+    unresolvable = out.unresolvable = dict(compress(rows, unresolvable))
     own = cache.own_reservation(pod.uid)
-    if own is not None and own[0] in members and (own[0] in failed or own[0] in unresolvable):
+    if own is not None and own[0] in prof.members and (own[0] in failed or own[0] in unresolvable):
         node = own[0]
         failed.pop(node, None)
         unresolvable.pop(node, None)
         verdict = judge(cache.states[node], prof.need, prof.tolerations, prof.cordon_ok, own[1])
         if verdict is None:
-            out.passed = [n for n in names if n in fits or n == node]
+            out.passed = [n if v.__class__ is not str else v for n, v in zip(names, got)
+                          if v.__class__ is str or n == node]
         elif verdict[1]:
             unresolvable[node] = verdict[0]
         else:

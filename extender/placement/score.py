@@ -13,7 +13,7 @@ per-need ScoreProfile instead of computing it node by node.
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import itemgetter
+from operator import getitem, itemgetter, mul
 from typing import Iterable, Mapping
 
 from extender.placement.cache import NodeCache, NodeState
@@ -83,20 +83,21 @@ def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache) -> list
     own_node, own_gpus, domains = _job_context(pod, cache)
     job = pod.job_key
     if job is not None and domains:
-        scores = [c[2] if c[3] in domains else c[0] for c in codes]
+        # code[2] where the node's domain (code[3]) is one of the Job's, else code[0]
+        in_domain = map(domains.__contains__, map(itemgetter(3), codes))
+        scores = list(map(getitem, codes, map(mul, in_domain, repeat(2))))
     else:
         scores = list(map(itemgetter(0), codes))
     special: dict[str, int] = {}
     if job is not None:
         job_nodes = cache.job_nodes(job)
         if job_nodes:
-            if len(job_nodes) < len(names):
+            if 8 * len(job_nodes) < len(names):
                 present = set(names)
-                hit = [n for n in job_nodes if n in present]
-            else:
-                hit = list(compress(names, map(job_nodes.__contains__, names)))
-            codes_of = prof.codes
-            special = {n: codes_of[n][1] for n in hit}
+                codes_of = prof.codes
+                special = {n: codes_of[n][1] for n in job_nodes if n in present}
+            else:  # the codes read above, where the Job has pods
+                special = dict(compress(zip(names, map(itemgetter(1), codes)), map(job_nodes.__contains__, names)))
     if own_node is not None and own_node in cache.states:
         special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
     if special:

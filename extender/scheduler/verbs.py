@@ -6,28 +6,73 @@ from __future__ import annotations
 import logging
 from itertools import compress
 
+import orjson
+
 from extender.placement.filter import filter_nodes
 from extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.preemption import NodeVictims, veto
 from extender.placement.score import extender_scores
 from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
-from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, encode_host_priorities,
-                                     filter_error, filter_result, preemption_result)
+from extender.scheduler.memo import DecodedPod, PodMemo
+from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
+                                     encode_filter_result, encode_host_priorities, filter_error, filter_result,
+                                     preemption_result, split_names_request)
 
 log = logging.getLogger("gpuqueue.extender")
 
 
-def pod_request(pod: Pod, verdict: Admitted) -> PodRequest:
+def pod_needs(pod: Pod) -> tuple[int, tuple]:
+    """(GPUs, tolerations) the pod asks for; BadRequest names a field the spec gets wrong."""
     try:
         spec = pod_spec(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
     gpus, _ = pod_gpus(spec)
+    return gpus, tuple(t.to_spec() for t in spec.tolerations)
+
+
+def pod_request(pod: Pod | DecodedPod, verdict: Admitted) -> PodRequest:
+    if isinstance(pod, DecodedPod):  # the spec is read once per pod bytes, errors included
+        if pod.needs is None:
+            try:
+                pod.needs = pod_needs(pod.pod)
+            except BadRequest as exc:
+                pod.needs = str(exc)
+        needs = pod.needs
+        if isinstance(needs, str):
+            raise BadRequest(needs)
+        uid = pod.pod.metadata.uid
+    else:
+        needs = pod_needs(pod)
+        uid = pod.metadata.uid
     # Only GPUs are judged here: cpu, memory and the rest are kube-scheduler's own fit check,
     # whose cache of them is the authoritative one (the simulator's place() checks them all).
-    return PodRequest(pod.metadata.uid or "", gpus, {}, tuple(t.to_spec() for t in spec.tolerations),
-                      verdict.flavor, verdict.job_key)
+    return PodRequest(uid or "", needs[0], {}, needs[1], verdict.flavor, verdict.job_key)
+
+
+def _names_request(body: bytes, memo: PodMemo | None) -> tuple[DecodedPod, list[str]] | None:
+    """A nodeCacheCapable request as kube-scheduler lays it out, read through the memo: the pod
+    decoded once per attempt, and /prioritize's names taken from /filter's answer when they are
+    the same bytes. None: anything else, for the general decode (which also words any error)."""
+    if memo is None:
+        return None
+    parts = split_names_request(body)
+    if parts is None:
+        return None
+    pod_json, names_json = parts
+    entry = memo.get(pod_json)
+    if entry is not None and names_json == entry.answered:
+        return entry, entry.answered_names
+    names = decode_names(names_json)
+    if names is None:
+        return None
+    if entry is None:
+        pod = decode_pod(pod_json)
+        if pod is None:
+            return None
+        entry = memo.put(pod_json, DecodedPod(pod))
+    return entry, names
 
 
 def _candidates(args: ExtenderArgs) -> tuple[list[str], dict[str, NodeInfo] | None, dict[str, dict] | None]:
@@ -52,47 +97,65 @@ def _name(pod: Pod) -> str:
     return f"{pod.metadata.namespace or ''}/{pod.metadata.name or ''}"
 
 
-def filter_verb(body: bytes, view: ClusterView) -> dict:
+def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> dict | bytes:
+    raws = None
     try:
-        args: ExtenderArgs = decode(body, ExtenderArgs)
-        names, infos, raws = _candidates(args)
-        verdict = view.workload_for(args.Pod.metadata)
+        fast = _names_request(body, memo)
+        if fast is not None:
+            pod, names = fast
+            infos = None
+            meta = pod.pod.metadata
+        else:
+            args: ExtenderArgs = decode(body, ExtenderArgs)
+            names, infos, raws = _candidates(args)
+            pod, meta = args.Pod, args.Pod.metadata
+        verdict = view.workload_for(meta)
         if isinstance(verdict, Unmanaged):
             passed, failed, unresolvable = list(names), {}, {}
         elif isinstance(verdict, NotAdmitted):
             passed, failed, unresolvable = [], {}, {n: verdict.message for n in names}
         else:
-            pod = pod_request(args.Pod, verdict)
-            result = filter_nodes(pod, names, view.nodes, infos)
+            req = pod_request(pod, verdict)
+            result = filter_nodes(req, names, view.nodes, infos)
             passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
             if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
-                view.nodes.reserve(pod.uid, passed[0], pod.gpus, pod.requests, pod.job_key)
+                view.nodes.reserve(req.uid, passed[0], req.gpus, req.requests, req.job_key)
     except BadRequest as exc:
         log.warning("filter: %s", str(exc))
         return filter_error(str(exc))
     if raws is not None:
         return filter_result(node_items=[raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
+    if fast is not None:
+        answered = orjson.dumps(passed)
+        pod.answered, pod.answered_names = answered, passed
+        return encode_filter_result(answered, failed, unresolvable)
     return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
 
 
-def prioritize_verb(body: bytes, view: ClusterView) -> bytes | list[dict] | dict:
+def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> bytes | list[dict] | dict:
     try:
-        args: ExtenderArgs = decode(body, ExtenderArgs)
-        names, _, _ = _candidates(args)
-        verdict = view.workload_for(args.Pod.metadata)
+        fast = _names_request(body, memo)
+        if fast is not None:
+            pod, names = fast
+            meta = pod.pod.metadata
+        else:
+            args: ExtenderArgs = decode(body, ExtenderArgs)
+            names, _, _ = _candidates(args)
+            pod, meta = args.Pod, args.Pod.metadata
+        verdict = view.workload_for(meta)
         if not isinstance(verdict, Admitted):
             return encode_host_priorities(names, [0] * len(names))  # neutral: kube-scheduler decides
-        pod = pod_request(args.Pod, verdict)
+        req = pod_request(pod, verdict)
     except BadRequest as exc:
         # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
         # decode, which is what we want, and the body still says why.
         log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
-    scores = extender_scores(pod, names, view.nodes)
+    scores = extender_scores(req, names, view.nodes)
     if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
         top = max(scores)
-        view.nodes.reserve(pod.uid, min(compress(names, map(top.__eq__, scores))), pod.gpus, pod.requests,
-                           pod.job_key)
+        view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,
+                           req.job_key)
     return encode_host_priorities(names, scores)
 
 

@@ -77,6 +77,61 @@ def decode(body: bytes, model: type[_Wire]) -> Any:
         raise BadRequest(f"invalid {model.__name__}: {describe(exc)}") from None
 
 
+# kube-scheduler's body with nodeCacheCapable: Go's encoder writes the fields of ExtenderArgs
+# in order, compact, and ends with a newline: {"Pod":{...},"Nodes":null,"NodeNames":[...]}
+_POD_HEAD = b'{"Pod":'
+_NAMES_HEAD = b',"Nodes":null,"NodeNames":'
+_SPACE = b" \t\r\n"
+
+
+def split_names_request(body: bytes) -> tuple[bytes, bytes] | None:
+    """(the pod's JSON, the NodeNames array's JSON) of a body laid out as kube-scheduler
+    writes it with nodeCacheCapable, else None. The pattern searched for from the end cannot
+    occur inside an array of strings, so the last occurrence is the one after the pod. Only the
+    layout is checked: both parts still have to decode (``decode_pod``, ``decode_names``)."""
+    if not body.startswith(_POD_HEAD):
+        return None
+    i = body.rfind(_NAMES_HEAD)
+    if i < 0:
+        return None
+    end = len(body)
+    while end and body[end - 1] in _SPACE:
+        end -= 1
+    if body[end - 1:end] != b"}":
+        return None
+    return body[len(_POD_HEAD):i], body[i + len(_NAMES_HEAD):end - 1]
+
+
+def decode_pod(raw: bytes) -> Pod | None:
+    """The pod's JSON as ExtenderArgs.Pod would read it, or None when it does not read
+    cleanly (the caller then decodes the whole body, which words the error)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return Pod.model_validate(obj)
+    except ValidationError:
+        return None
+
+
+def decode_names(raw: bytes) -> list[str] | None:
+    """A JSON array of strings, or None when it is anything else."""
+    try:
+        names = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(names) is not list:
+        return None
+    try:
+        "".join(names)  # the quick way to check every item is a string
+    except TypeError:
+        return None
+    return names
+
+
 def _json_type(v: Any) -> str:
     return {list: "an array", str: "a string", int: "a number", float: "a number",
             bool: "a boolean", type(None): "null"}.get(type(v), type(v).__name__)
@@ -91,6 +146,12 @@ def filter_result(*, node_names: list[str] | None = None, node_items: list[dict]
         "FailedAndUnresolvableNodes": unresolvable if unresolvable is not None else {},
         "Error": "",
     }
+
+
+def encode_filter_result(node_names: bytes, failed: dict[str, str], unresolvable: dict[str, str]) -> bytes:
+    """``filter_result(node_names=...)`` as bytes, with the NodeNames array already encoded."""
+    return b"".join((b'{"Nodes":null,"NodeNames":', node_names, b',"FailedNodes":', orjson.dumps(failed),
+                     b',"FailedAndUnresolvableNodes":', orjson.dumps(unresolvable), b',"Error":""}'))
 
 
 def filter_error(message: str) -> dict:
