@@ -75,3 +75,29 @@ def test_when_can_preempt_may_stop_search_preempts_in_the_first_flavor():
 
 def test_v1beta1_preempt_means_may_stop_search():
     _assert_preempts_in_first_flavor("fungibility-preempt-v1beta1.yaml")
+
+
+def test_an_unchanged_queue_object_does_not_re_evaluate_the_pending_workloads(monkeypatch):
+    # A controller sees each status write to a ClusterQueue or LocalQueue as an update; handing
+    # the engine the same spec again must not re-route and re-judge every pending workload
+    # (with thousands pending that made each pass take a second).
+    from extender.quota import flavorassigner as fa
+    from tests.strategies.quota_oracle import HistoryRun
+    from tests.strategies.quota_world import Q, QueueW, Submit, World, cluster_queue_spec
+
+    world = World(flavors=("f0",), cohorts=(), queues=(QueueW("cq-0", None, ((("cpu",), ("f0",)),), (Q("f0", "cpu", 1),)),))
+    run = HistoryRun(world)
+    run.run([Submit(queue=0, copies=1), Submit(queue=0, cpu=2, copies=1)])  # one admitted, one waits
+    judged = []
+    real = fa.FlavorAssigner.assign
+    monkeypatch.setattr(fa.FlavorAssigner, "assign", lambda self, wl: judged.append(wl.key) or real(self, wl))
+    engine = run.engine
+    engine.set_cluster_queue(cluster_queue_spec(run.queues["cq-0"], "None"))
+    for lq in list(engine.state.local_queues.values()):
+        engine.set_local_queue(lq)
+    assert engine.schedule(run.now) == [] and judged == []
+    engine.set_cluster_queue(cluster_queue_spec(run.queues["cq-0"], "Hold"))
+    engine.schedule(run.now)
+    engine.set_cluster_queue(cluster_queue_spec(run.queues["cq-0"], "None"))
+    engine.schedule(run.now)
+    assert judged  # a real change is looked at again

@@ -70,37 +70,40 @@ class QuotaEngine:
         self._epoch += 1
         self._tree_dirty = True
 
+    def _put(self, specs: dict, key: str, spec) -> None:
+        """A spec the engine already has is no change: a controller sees every status write to
+        a queue object as an update, and a change re-routes every pending workload."""
+        if specs.get(key) != spec:
+            specs[key] = spec
+            self._spec_changed()
+
     def set_flavor(self, spec: FlavorSpec) -> None:
-        self.state.flavors[spec.name] = spec
-        self._spec_changed()
+        self._put(self.state.flavors, spec.name, spec)
 
     def remove_flavor(self, name: str) -> None:
-        self.state.flavors.pop(name, None)
-        self._spec_changed()
+        if self.state.flavors.pop(name, None) is not None:
+            self._spec_changed()
 
     def set_cohort(self, spec: CohortSpec) -> None:
-        self.state.cohort_specs[spec.name] = spec
-        self._spec_changed()
+        self._put(self.state.cohort_specs, spec.name, spec)
 
     def remove_cohort(self, name: str) -> None:
-        self.state.cohort_specs.pop(name, None)
-        self._spec_changed()
+        if self.state.cohort_specs.pop(name, None) is not None:
+            self._spec_changed()
 
     def set_cluster_queue(self, spec: ClusterQueueSpec) -> None:
-        self.state.cq_specs[spec.name] = spec
-        self._spec_changed()
+        self._put(self.state.cq_specs, spec.name, spec)
 
     def remove_cluster_queue(self, name: str) -> None:
-        self.state.cq_specs.pop(name, None)
-        self._spec_changed()
+        if self.state.cq_specs.pop(name, None) is not None:
+            self._spec_changed()
 
     def set_local_queue(self, spec: LocalQueueSpec) -> None:
-        self.state.local_queues[spec.key] = spec
-        self._spec_changed()
+        self._put(self.state.local_queues, spec.key, spec)
 
     def remove_local_queue(self, namespace: str, name: str) -> None:
-        self.state.local_queues.pop(f"{namespace}/{name}", None)
-        self._spec_changed()
+        if self.state.local_queues.pop(f"{namespace}/{name}", None) is not None:
+            self._spec_changed()
 
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
         if self.state.namespaces.get(name) != labels:
