@@ -8,6 +8,7 @@ protocol of kube-apiserver 1.24 for the kinds gpuqueue uses (see docs/apiserver-
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import Callable
@@ -91,6 +92,7 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []  # (method, path?query) of every request, for assertions
         self.internal_errors: list[BaseException] = []
+        self.responses: collections.Counter[tuple[str, int]] = collections.Counter()  # (method, status) -> count
         self._watches: set[_Watch] = set()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -178,6 +180,11 @@ class ApiServer:
     # --- HTTP ----------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        resp = await self._answer(request)
+        self.responses[(request.method, resp.status)] += 1
+        return resp
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         q = request.query
         is_watch = _true(q.get("watch"))
