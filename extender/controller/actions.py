@@ -161,15 +161,20 @@ class Actions:
         return cached
 
     async def _update(self, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
-                      change: Callable[[dict], dict | None], subresource: str | None = None) -> dict | None:
+                      change: Callable[[dict], dict | None], subresource: str | None = None,
+                      protect: Callable[[dict], dict] = W.json_copy) -> dict | None:
         """Read-modify-write of one object, retried on conflict. The cached object saves the first
         read: if it is stale, the write it leads to fails with 409 and is made again from a live
         read. But a cache behind the API can also make a needed write look needless (a watch
         stalled or cut, our own last write not seen yet): "nothing to write" is trusted only when
-        judged on a live read."""
+        judged on a live read.
+
+        `change` gets the cached object through `protect` - a copy deep enough that what change
+        edits is not the cache's (W.status_copy for changes that only set status fields, identity
+        for changes that build a new object) - and a live read as it is (nobody else holds it)."""
         first = None
         if cached is not None:
-            body = change(W.json_copy(cached))
+            body = change(protect(cached))
             if body is not None:
                 first = _Computed(body)
 
@@ -186,26 +191,31 @@ class Actions:
         def guarded(obj):
             if isinstance(obj, _Computed):
                 return obj.body
-            return change(W.json_copy(obj))
+            return change(obj)
 
         return await retry_on_conflict(read, guarded, send, attempts=8)
 
     async def _update_workload(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` edits only `status` fields (it sets them, and replaces lists rather than
+        editing them in place)."""
         try:
-            return await self._update(K.WORKLOADS, st.namespace, st.wl_name, self.workload(st), change, "status")
+            return await self._update(K.WORKLOADS, st.namespace, st.wl_name, self.workload(st), change, "status",
+                                      protect=W.status_copy)
         except Exception as exc:
             if is_status(exc, 404):
                 return None  # the Job (and with it the Workload) is gone
             raise
 
     async def _update_job(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` returns a new object (W.admitted_job, W.suspended_job, W.restored_job copy)
+        and leaves the one it is given as it was."""
         def checked(job: dict) -> dict | None:
             if job["metadata"].get("uid") != st.uid:
                 return None
             return change(job)
 
         try:
-            return await self._update(K.JOBS, st.namespace, st.name, self.job(st), checked)
+            return await self._update(K.JOBS, st.namespace, st.name, self.job(st), checked, protect=_as_is)
         except Exception as exc:
             if is_status(exc, 404):
                 return None
@@ -615,10 +625,14 @@ class Actions:
 
         meta = obj["metadata"]
         try:
-            await self._update(kind, meta.get("namespace"), meta["name"], obj, change, "status")
+            await self._update(kind, meta.get("namespace"), meta["name"], obj, change, "status", protect=W.status_copy)
         except Exception as exc:  # noqa: BLE001
             if not is_status(exc, 404):
                 raise
+
+
+def _as_is(obj: dict) -> dict:
+    return obj
 
 
 class _Computed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
 from typing import Any
 
 import orjson
@@ -31,8 +32,25 @@ def json_copy(obj):
     """A deep copy of JSON data (what the watch caches hold), several times faster than copy.deepcopy."""
     return orjson.loads(orjson.dumps(obj))
 
+def status_copy(obj: dict) -> dict:
+    """A copy whose top level and `status` can be set without touching the original (which
+    shares everything below): enough for a change that sets status fields."""
+    out = dict(obj)
+    if isinstance(out.get("status"), dict):
+        out["status"] = dict(out["status"])
+    return out
+
+
+_now_cache: tuple[int, str] = (0, "")
+
+
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time at seconds, as metav1.Time is written; formatted once per second."""
+    global _now_cache
+    second = int(time.time())
+    if _now_cache[0] != second:
+        _now_cache = (second, dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _now_cache[1]
 
 
 def parse_time(value: str | None) -> float | None:
