@@ -105,8 +105,9 @@ class Actions:
         task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
         return task
 
-    def release(self) -> int:
-        return self.releases.start()
+    def release(self, cluster_queue: str | None = None) -> int:
+        """A release freeing room of `cluster_queue` (None: unknown, every admission waits for it)."""
+        return self.releases.start(self.tree(cluster_queue))
 
     def released(self, rid: int) -> None:
         self.releases.end(rid)
@@ -268,12 +269,12 @@ class Actions:
                 return W.preemption_message(self._workload_uid(preemptor), preemptor.uid if preemptor else "",
                                             dec.reason, *paths)
 
-            self.evict(st, "Preempted", message, dec.reason)
+            self.evict(st, "Preempted", message, dec.reason, dec.cluster_queue)
         elif isinstance(dec, d.Evicted):
             async def fixed(text=dec.message) -> str:
                 return text
 
-            self.evict(st, dec.reason, fixed, None)
+            self.evict(st, dec.reason, fixed, None, dec.cluster_queue)
         elif isinstance(dec, d.Pending):
             self.pending(st, dec.cluster_queue, dec.message, dec.reason)
 
@@ -283,21 +284,36 @@ class Actions:
         wl = self.workload(st)
         return st.wl_uid or (wl or {}).get("metadata", {}).get("uid", "")
 
-    def _path(self, cq: str) -> str:
-        """Kueue's `/cohort/.../clusterqueue` path of a ClusterQueue in the cohort tree."""
+    def _chain_of(self, cq: str) -> list[str] | None:
+        """The ClusterQueue and its cohorts up to the root; None without an engine or on a cycle."""
         engine = self.ctl.engine
         if engine is None:
-            return ""
+            return None
         parts = [cq]
         spec = engine.state.cq_specs.get(cq)
         cohort = spec.cohort if spec else None
         seen: set[str] = set()
-        while cohort and cohort not in seen:
+        while cohort:
+            if cohort in seen:
+                return None
             seen.add(cohort)
             parts.append(cohort)
             cspec = engine.state.cohort_specs.get(cohort)
             cohort = cspec.parent if cspec else None
-        return "/" + "/".join(reversed(parts))
+        return parts
+
+    def _path(self, cq: str) -> str:
+        """Kueue's `/cohort/.../clusterqueue` path of a ClusterQueue in the cohort tree."""
+        parts = self._chain_of(cq)
+        return "/" + "/".join(reversed(parts)) if parts else ""
+
+    def tree(self, cq: str | None) -> str | None:
+        """The cohort tree a ClusterQueue's quota lives in (the scope of its releases and
+        admissions, see releases.py); None when it cannot be told."""
+        parts = self._chain_of(cq) if cq else None
+        if not parts:
+            return None
+        return f"cohort/{parts[-1]}" if len(parts) > 1 else f"clusterqueue/{cq}"
 
     # -- Workload lifecycle -------------------------------------------------------------------------------
     def ensure_workload(self, st: "JobState") -> None:
@@ -359,7 +375,7 @@ class Actions:
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
-        barrier = self.releases.barrier()
+        barrier = self.releases.barrier(self.tree(admission.cluster_queue))
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
@@ -406,7 +422,7 @@ class Actions:
                     admission.flavors_of(W.MAIN), body[:300])
         self.refused.append(st.key)
         engine = self.ctl.engine
-        rid = self.release()
+        rid = self.release(admission.cluster_queue)
         if engine is not None:
             engine.finish(st.key)
         st.phase = "blocked"
@@ -452,10 +468,10 @@ class Actions:
         self.chain(st.key, write, release=rid)
 
     def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
-              preempted_reason: str | None) -> None:
+              preempted_reason: str | None, cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release()
+        rid = self.release(cluster_queue)
         message = ""
 
         def mark(wl: dict) -> dict | None:
@@ -489,10 +505,10 @@ class Actions:
             except (KeyError, ValueError):
                 pass
 
-    def resume_eviction(self, st: "JobState") -> None:
+    def resume_eviction(self, st: "JobState", cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release()
+        rid = self.release(cluster_queue)
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
 
@@ -552,8 +568,10 @@ class Actions:
         return bool(job["spec"].get("suspend")) and not (job.get("status") or {}).get("active") and \
             self.ctl.pods_gone(st.uid)
 
-    def finish_workload(self, st: "JobState", how: str) -> None:
-        rid = self.release()
+    def finish_workload(self, st: "JobState", how: str, cluster_queue: str | None = None) -> None:
+        """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
+        the API may still show a reservation, so every admission waits for this write)."""
+        rid = self.release(cluster_queue)
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):

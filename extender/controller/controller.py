@@ -241,6 +241,8 @@ class Controller:
 
     def _on_spec_object(self, kind: str, obj: dict) -> None:
         self._apply_spec(self.engine, kind, obj)
+        if kind in ("ClusterQueue", "Cohort"):
+            self.actions.releases.regroup()  # the cohort trees may have changed
         self.actions.status_dirty = True
         self.mark_dirty()
 
@@ -256,6 +258,8 @@ class Controller:
 
     def _on_spec_delete(self, kind: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
+        if kind in ("ClusterQueue", "Cohort"):
+            self.actions.releases.regroup()
         if kind == "PriorityClass":
             self.priorities.pod_classes.pop(name, None)
         elif kind == "WorkloadPriorityClass":
@@ -384,10 +388,14 @@ class Controller:
         self.mark_dirty()
 
     def _finish(self, st: JobState, how: str) -> None:
+        cq = None
         if self.engine is not None:
-            self.engine.finish(st.key)
+            w = self.engine.finish(st.key)
+            admission = getattr(w, "admission", None)  # an AdmittedWorkload's; a pending one has none
+            if admission is not None and st.phase == "admitted":
+                cq = admission.cluster_queue
         st.phase = "finished"
-        self.actions.finish_workload(st, how)
+        self.actions.finish_workload(st, how, cq)
         self.mark_dirty()
 
     def _forget(self, st: JobState) -> None:
@@ -438,7 +446,7 @@ class Controller:
                 if W.is_true(wl, "Evicted"):
                     # the last leader died half-way through an eviction: finish it
                     engine.evict(st.key, now)
-                    self.actions.resume_eviction(st)
+                    self.actions.resume_eviction(st, adm.cluster_queue)
                 else:
                     self.actions.ensure_running(st, adm)
                 continue
