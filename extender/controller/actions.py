@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import CALL_CLASS, INFORM, ORDINARY, URGENT, is_status
+from extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
 from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
@@ -318,6 +318,9 @@ class Actions:
     # -- Workload lifecycle -------------------------------------------------------------------------------
     def ensure_workload(self, st: "JobState") -> None:
         async def create():
+            CALL_TAG.set(_creation_tag(st.key))  # admit() may move it up (this task's context only)
+            if st.phase == "admitted":
+                CALL_CLASS.set(URGENT)
             if self.workload(st) is not None:
                 return
             job = self.job(st)
@@ -376,6 +379,8 @@ class Actions:
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
         barrier = self.releases.barrier(self.tree(admission.cluster_queue))
+        if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
+            self.kube.promote(_creation_tag(st.key))
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
@@ -647,6 +652,10 @@ class Actions:
         except Exception as exc:  # noqa: BLE001
             if not is_status(exc, 404):
                 raise
+
+
+def _creation_tag(key: str) -> str:
+    return "create-workload:" + key
 
 
 def _as_is(obj: dict) -> dict:

@@ -29,6 +29,9 @@ MERGE_PATCH = "application/merge-patch+json"
 # neither an admission nor a renewal.
 URGENT, ORDINARY, INFORM = 0, 1, 2
 CALL_CLASS = contextvars.ContextVar("gpuqueue_call_class", default=ORDINARY)
+# A name for the task's calls, so a waiting call can be moved up a class (Slots.promote): a Job's
+# Workload creation once the engine has admitted the Job, its admission being chained behind it.
+CALL_TAG: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuqueue_call_tag", default=None)
 
 
 class Slots:
@@ -37,25 +40,46 @@ class Slots:
     def __init__(self, n: int) -> None:
         self._free = n
         self._waiting = tuple(collections.deque() for _ in (URGENT, ORDINARY, INFORM))
+        self._tagged: dict[str, tuple[int, asyncio.Future]] = {}  # tag -> (class, future) of a waiting call
 
-    async def take(self, cls: int = ORDINARY) -> None:
+    async def take(self, cls: int = ORDINARY, tag: str | None = None) -> None:
         if self._free > 0 and not any(self._waiting):
             self._free -= 1
             return
         fut = asyncio.get_running_loop().create_future()
-        queue = self._waiting[cls]
-        queue.append(fut)
+        self._waiting[cls].append(fut)
+        if tag is not None:
+            self._tagged[tag] = (cls, fut)
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.give()  # handed a slot just as we were cancelled: pass it on
             else:
-                try:
-                    queue.remove(fut)
-                except ValueError:
-                    pass
+                for queue in self._waiting:
+                    try:
+                        queue.remove(fut)
+                        break
+                    except ValueError:
+                        pass
             raise
+        finally:
+            if tag is not None and self._tagged.get(tag, (0, None))[1] is fut:
+                del self._tagged[tag]
+
+    def promote(self, tag: str, cls: int = URGENT) -> bool:
+        """Move the waiting call tagged `tag` to the back of the more urgent class `cls`."""
+        found = self._tagged.get(tag)
+        if found is None or found[0] <= cls or found[1].done():
+            return False
+        old, fut = found
+        try:
+            self._waiting[old].remove(fut)
+        except ValueError:
+            return False
+        self._waiting[cls].append(fut)
+        self._tagged[tag] = (cls, fut)
+        return True
 
     def give(self) -> None:
         for queue in self._waiting:
@@ -81,7 +105,7 @@ class KubeApi:
         if method != "GET":
             await self.limiter.acquire()
             self.writes += 1
-        await self._slots.take(CALL_CLASS.get())
+        await self._slots.take(CALL_CLASS.get(), CALL_TAG.get())
         try:
             status, reason, data = await self._send(method, path, body, content_type, query or [])
         finally:
@@ -116,6 +140,10 @@ class KubeApi:
                                              timeout=aiohttp.ClientTimeout(total=self.request_timeout),
                                              **extra) as resp:
             return resp.status, resp.reason or "", await resp.read()
+
+    def promote(self, tag: str) -> bool:
+        """A waiting call tagged `tag` (CALL_TAG) goes with the urgent ones from now on."""
+        return self._slots.promote(tag)
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict:
         return await self.request("GET", kind.path(namespace, name))
