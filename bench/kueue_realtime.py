@@ -202,6 +202,16 @@ def _why(old: dict, new: dict) -> str:
     return "other (pending message)"
 
 
+def _what(path: str) -> str:
+    """`jobs (one)`, `pods (list)`...: what a GET read."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if "namespaces" in parts[:-1]:
+        parts = parts[parts.index("namespaces") + 2:]
+    else:
+        parts = parts[3:] if parts[0] == "apis" else parts[2:]
+    return f"{parts[0]} ({'one' if len(parts) > 1 else 'list'})" if parts else path
+
+
 def _serve(conn, profile: Path | None) -> None:
     async def main():
         # A large watch window: the controller's watches resume after their timeout without a relist.
@@ -217,6 +227,12 @@ def _serve(conn, profile: Path | None) -> None:
                     conn.send((len(r.created), len(r.admitted), len(r.completed)))
                 elif msg == "record":
                     jobs.rec.responses = {f"{m} {c}": n for (m, c), n in sorted(api.responses.items())}
+                    gets: dict[str, int] = {}
+                    for method, path in api.requests:
+                        if method == "GET" and "watch=" not in path:
+                            what = "GET " + _what(path)
+                            gets[what] = gets.get(what, 0) + 1
+                    jobs.rec.responses.update(sorted(gets.items(), key=lambda kv: -kv[1]))
                     conn.send(jobs.rec)
                 elif msg == "stop":
                     return

@@ -391,6 +391,7 @@ class Actions:
                 return  # a release was abandoned: this replica is stopping, the next one decides
             if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
+            st.maybe_reserved = True  # from the moment the write may land, whatever its outcome
             wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
             if wrote is None and self.workload(st) is None:
                 return
@@ -494,6 +495,12 @@ class Actions:
 
         async def write():
             nonlocal message
+            if not st.maybe_reserved:
+                # Preempted before its admission was written (the admission, chained before this,
+                # saw the Job was no longer admitted and wrote nothing): the API holds no
+                # reservation for it and its Job was never unsuspended, so there is nothing to undo.
+                self._evicted(st)
+                return
             message = await make_message()
             marked = await self._update_workload(st, mark)
             if marked is not None:
@@ -532,10 +539,7 @@ class Actions:
         await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
         if rid is not None:
             self.released(rid)
-        self.evicting.pop(st.key, None)
-        self.status_dirty = True
-        if st.phase == "evicting":
-            st.phase = "pending"
+        self._evicted(st)
         try:
             await self._update_job(st, _restored)
         except Exception as exc:
@@ -544,6 +548,14 @@ class Actions:
             # 1.24 keeps startTime on suspend, so the template stays as admitted: the Job can only
             # come back on the same flavor (its nodeSelector says so to the engine).
             log.info("%s keeps its admitted pod template (the API refused the restore)", st.key)
+
+    def _evicted(self, st: "JobState") -> None:
+        """The victim's reservation is gone from the API."""
+        st.maybe_reserved = False
+        self.evicting.pop(st.key, None)
+        self.status_dirty = True
+        if st.phase == "evicting":
+            st.phase = "pending"
 
     async def _wait_stopped(self, st: "JobState") -> None:
         """Until the Job is suspended and its pods are gone - confirmed by a live list, not only

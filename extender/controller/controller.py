@@ -75,6 +75,9 @@ class JobState:
     phase: str = "pending"  # pending | admitted | evicting | blocked | finished
     refusals: int = 0  # how often the API refused the pod template admission needed
     priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
+    # False while the API surely holds no reservation of ours for it: never admitted in this term, or
+    # its reservation cleared since; True once an admission write may have landed (or on rebuild)
+    maybe_reserved: bool = False
 
 
 class Controller:
@@ -443,6 +446,7 @@ class Controller:
                 reserved = W.condition(wl, "QuotaReserved") or {}
                 engine.restore_admitted(spec, adm, W.parse_time(reserved.get("lastTransitionTime")) or now)
                 st.phase = "admitted"
+                st.maybe_reserved = True
                 if W.is_true(wl, "Evicted"):
                     # the last leader died half-way through an eviction: finish it
                     engine.evict(st.key, now)
