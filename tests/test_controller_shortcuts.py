@@ -89,3 +89,26 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
         gate.set()
         await eventually(lambda: h.running("team-a", "a-2"), what="a-2 admitted")
         assert h.observer.violations == []
+
+
+async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_changes_reach_it():
+    from extender.controller import kinds as K
+
+    async with Harness() as h:
+        for obj in two_trees():
+            await h.apply(obj)
+        ctl = await h.controller()
+        await h.submit(gpu_job("team-a", "a-1"))
+        await h.submit(gpu_job("team-a", "a-2"))
+        await eventually(lambda: h.running("team-a", "a-1"), what="a-1 admitted")
+        epoch = ctl.engine._epoch  # bumped by every spec change the engine is given
+        await eventually(lambda: (h.cluster_queue("a").get("status") or {}).get("admittedWorkloads") == 1
+                         and (h.cluster_queue("a").get("status") or {}).get("pendingWorkloads") == 1,
+                         what="a's status written")
+        await asyncio.sleep(0.1)  # its watch event is back
+        assert ctl.engine._epoch == epoch  # our own status writes are not spec changes
+        await h.edit(K.CLUSTER_QUEUES, None, "a", lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][0][
+            "resources"][0].update(nominalQuota=2))
+        await eventually(lambda: h.running("team-a", "a-2"), what="a-2 admitted in the larger quota")
+        assert ctl.engine._epoch > epoch
+        assert h.observer.violations == []
