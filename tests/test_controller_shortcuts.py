@@ -112,3 +112,25 @@ async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_ch
         await eventually(lambda: h.running("team-a", "a-2"), what="a-2 admitted in the larger quota")
         assert ctl.engine._epoch > epoch
         assert h.observer.violations == []
+
+
+async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is_named_from_the_job():
+    import pytest
+    from kubernetes_asyncio import client
+    from pydantic import ValidationError
+
+    from extender.controller.controller import Controller
+
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
+        ctl = Controller(api)
+        one, two = gpu_job("ml", "one"), gpu_job("ml", "two", gpus=1)
+        for n, job in enumerate((one, two)):
+            job["metadata"]["uid"] = f"uid-{n}"
+        m1, m2 = ctl._job_model(one), ctl._job_model(two)
+        assert m1.spec.template is m2.spec.template and m1.metadata.name == "one" and m2.metadata.name == "two"
+        assert ctl._job_model(gpu_job("ml", "three", gpus=2)).spec.template is not m1.spec.template
+        bad = gpu_job("ml", "bad")
+        bad["spec"]["template"]["spec"]["containers"][0]["resources"] = "lots"
+        with pytest.raises(ValidationError) as err:
+            ctl._job_model(bad)
+        assert "spec.template.spec.containers.0.resources" in str(err.value)
