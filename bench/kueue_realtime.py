@@ -226,7 +226,7 @@ def _serve(conn, profile: Path | None) -> None:
                     r = jobs.rec
                     conn.send((len(r.created), len(r.admitted), len(r.completed)))
                 elif msg == "record":
-                    jobs.rec.responses = {f"{m} {c}": n for (m, c), n in sorted(api.responses.items())}
+                    jobs.rec.responses = {f"{m} {c}": n for (m, c), n in sorted(getattr(api, "responses", {}).items())}
                     gets: dict[str, int] = {}
                     for method, path in api.requests:
                         if method == "GET" and "watch=" not in path:
