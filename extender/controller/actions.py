@@ -370,7 +370,13 @@ class Actions:
             del self._pending_latest[st.key]
             if st.phase != "pending":
                 return
-            result = await self._update_workload(st, change)
+            CALL_TAG.set(_pending_tag(st.key))  # admit() withdraws it while it waits for a connection
+            try:
+                result = await self._update_workload(st, change)
+            except asyncio.CancelledError:
+                if self.ctl.leader and st.phase != "pending" and not asyncio.current_task().cancelling():
+                    return  # withdrawn: the workload was admitted meanwhile (the chain goes on)
+                raise
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
 
@@ -381,6 +387,7 @@ class Actions:
         barrier = self.releases.barrier(self.tree(admission.cluster_queue))
         if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
             self.kube.promote(_creation_tag(st.key))
+        self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
@@ -668,6 +675,10 @@ class Actions:
 
 def _creation_tag(key: str) -> str:
     return "create-workload:" + key
+
+
+def _pending_tag(key: str) -> str:
+    return "pending-message:" + key
 
 
 def _as_is(obj: dict) -> dict:

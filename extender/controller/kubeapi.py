@@ -29,8 +29,9 @@ MERGE_PATCH = "application/merge-patch+json"
 # neither an admission nor a renewal.
 URGENT, ORDINARY, INFORM = 0, 1, 2
 CALL_CLASS = contextvars.ContextVar("gpuqueue_call_class", default=ORDINARY)
-# A name for the task's calls, so a waiting call can be moved up a class (Slots.promote): a Job's
-# Workload creation once the engine has admitted the Job, its admission being chained behind it.
+# A name for the task's calls, so a waiting call can be moved up a class (Slots.promote) or
+# withdrawn (Slots.withdraw): a Job's Workload creation moves up once the engine has admitted the
+# Job, its pending message is dropped - both are chained before its admission.
 CALL_TAG: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuqueue_call_tag", default=None)
 
 
@@ -79,6 +80,15 @@ class Slots:
             return False
         self._waiting[cls].append(fut)
         self._tagged[tag] = (cls, fut)
+        return True
+
+    def withdraw(self, tag: str) -> bool:
+        """The call tagged `tag`, if still waiting for a slot, is given up: it raises
+        CancelledError in its task, never having been sent."""
+        found = self._tagged.get(tag)
+        if found is None or found[1].done():
+            return False
+        found[1].cancel()
         return True
 
     def give(self) -> None:
@@ -144,6 +154,11 @@ class KubeApi:
     def promote(self, tag: str) -> bool:
         """A waiting call tagged `tag` (CALL_TAG) goes with the urgent ones from now on."""
         return self._slots.promote(tag)
+
+    def withdraw(self, tag: str) -> bool:
+        """A call tagged `tag` (CALL_TAG) still waiting for a connection is not sent (its task
+        gets CancelledError)."""
+        return self._slots.withdraw(tag)
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> dict:
         return await self.request("GET", kind.path(namespace, name))
