@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import orjson
+from yarl import URL
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -106,6 +107,7 @@ class KubeApi:
                  request_timeout: float = 30.0):
         self.api = api
         self.request_timeout = request_timeout
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self.limiter = TokenBucket(qps, burst)
         self._slots = Slots(concurrency)
         self.writes = 0
@@ -137,7 +139,9 @@ class KubeApi:
             headers["Cookie"] = api.cookie
         query = list(query)
         await api.update_params_for_auth(headers, query, ["BearerToken"])
-        url = api.configuration.host + path + ("?" + urlencode(query) if query else "")
+        # Object names and namespaces are DNS labels and the query is urlencoded: already encoded,
+        # so yarl need not parse and re-encode every URL (a few % of the controller's CPU).
+        url = URL(api.configuration.host + path + ("?" + urlencode(query) if query else ""), encoded=True)
         extra: dict[str, Any] = {}
         if rest.proxy:
             extra["proxy"] = rest.proxy
@@ -146,8 +150,7 @@ class KubeApi:
         if rest.server_hostname:
             extra["server_hostname"] = rest.server_hostname
         data = orjson.dumps(body) if body is not None else None
-        async with rest.pool_manager.request(method, url, data=data, headers=headers,
-                                             timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+        async with rest.pool_manager.request(method, url, data=data, headers=headers, timeout=self._timeout,
                                              **extra) as resp:
             return resp.status, resp.reason or "", await resp.read()
 
