@@ -500,9 +500,12 @@ class Actions:
             status["conditions"] = conds
             return wl
 
+        first_try = True
+
         async def write():
-            nonlocal message
-            if not st.maybe_reserved:
+            nonlocal message, first_try
+            skip, first_try = first_try and not st.maybe_reserved, False  # (a retry finishes what it began)
+            if skip:
                 # Preempted before its admission was written (the admission, chained before this,
                 # saw the Job was no longer admitted and wrote nothing): the API holds no
                 # reservation for it and its Job was never unsuspended, so there is nothing to undo.

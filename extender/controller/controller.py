@@ -37,6 +37,10 @@ log = logging.getLogger("gpuqueue.controller")
 @dataclass
 class Options:
     debounce: float = 0.02  # seconds to gather changes before a pass
+    # a pass that took t seconds is followed by the next no sooner than pass_spacing * t later: with
+    # thousands pending a pass costs tens of ms and changes arrive constantly, so passes would
+    # otherwise take most of the controller's CPU; each one now handles more changes at once
+    pass_spacing: float = 2.0
     status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
     qps: float = 100.0
     burst: int = 200
@@ -486,16 +490,21 @@ class Controller:
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_allowed = 0.0
         while True:
             await self._dirty.wait()
-            await asyncio.sleep(self.options.debounce)
+            await asyncio.sleep(max(self.options.debounce, next_allowed - loop.time()))
             self._dirty.clear()
             if not self.leader or not self.recovered or self.engine is None:
                 continue
+            started = loop.time()
             try:
                 self.run_pass()
             except Exception:  # noqa: BLE001 - a bug in one pass must not stop the controller
                 log.exception("scheduling pass failed")
+            ended = loop.time()
+            next_allowed = ended + self.options.pass_spacing * (ended - started)
 
     def run_pass(self) -> list[d.Decision]:
         assert self.engine is not None
