@@ -112,25 +112,3 @@ async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
     assert order == ["other"]
     assert not slots.withdraw("pending-message:ns/job")  # nothing waits under that tag any more
     await slots.take(ORDINARY)  # every slot came back
-
-
-async def test_a_release_goes_before_the_admissions_waiting_with_it():
-    import asyncio
-
-    from extender.controller.kubeapi import ORDINARY, RELEASE, URGENT, Slots
-
-    slots = Slots(1)
-    await slots.take(ORDINARY)
-    order: list[str] = []
-
-    async def call(name: str, cls: int):
-        await slots.take(cls)
-        order.append(name)
-        slots.give()
-
-    tasks = [asyncio.ensure_future(call(name, cls)) for name, cls in (
-        ("admission-1", URGENT), ("creation", ORDINARY), ("finished", RELEASE), ("admission-2", URGENT))]
-    await asyncio.sleep(0)
-    slots.give()
-    await asyncio.gather(*tasks)
-    assert order == ["finished", "admission-1", "admission-2", "creation"]

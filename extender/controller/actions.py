@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, RELEASE, URGENT, is_status
+from extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
 from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
@@ -67,12 +67,12 @@ class Actions:
         cancelled (this replica stopped leading), the release is abandoned: the room was not freed
         in the API's record, so whatever waits on it does not write either.
 
-        A release goes before every other call waiting for a connection (kubeapi.CALL_CLASS), an
-        admission (`call_class=URGENT`) before the rest."""
+        A release goes before other calls waiting for a connection (kubeapi.CALL_CLASS); so does an
+        admission, given `call_class=URGENT`."""
         prev = self._chains.get(key)
 
         async def run():
-            CALL_CLASS.set(RELEASE if release is not None else call_class)  # this task's context only
+            CALL_CLASS.set(URGENT if release is not None else call_class)  # this task's context only
             try:
                 if prev is not None and not prev.done():
                     try:

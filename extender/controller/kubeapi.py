@@ -25,11 +25,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 # Which calls take a free connection first, set per task (a contextvar): the Lease and the writes
-# that free quota (releases: an admission decided after one waits for it), then admissions, then
-# the rest (Workload creations, ...), and last those that only inform (pending messages, queue
-# status, Events). A deep queue of the last delays neither an admission nor a renewal, and a
-# release never waits behind the admissions it would let in.
-RELEASE, URGENT, ORDINARY, INFORM = 0, 1, 2, 3
+# that move quota (admissions, releases), then the rest (Workload creations, ...), and last those
+# that only inform (pending messages, queue status, Events). A deep queue of the last delays
+# neither an admission nor a renewal.
+URGENT, ORDINARY, INFORM = 0, 1, 2
 CALL_CLASS = contextvars.ContextVar("gpuqueue_call_class", default=ORDINARY)
 # A name for the task's calls, so a waiting call can be moved up a class (Slots.promote) or
 # withdrawn (Slots.withdraw): a Job's Workload creation moves up once the engine has admitted the
@@ -42,7 +41,7 @@ class Slots:
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._waiting = tuple(collections.deque() for _ in (RELEASE, URGENT, ORDINARY, INFORM))
+        self._waiting = tuple(collections.deque() for _ in (URGENT, ORDINARY, INFORM))
         self._tagged: dict[str, tuple[int, asyncio.Future]] = {}  # tag -> (class, future) of a waiting call
 
     async def take(self, cls: int = ORDINARY, tag: str | None = None) -> None:

@@ -12,7 +12,7 @@ import time
 from typing import Awaitable, Callable
 
 from extender.controller import kinds as K
-from extender.controller.kubeapi import CALL_CLASS, RELEASE, KubeApi, is_status
+from extender.controller.kubeapi import CALL_CLASS, URGENT, KubeApi, is_status
 
 log = logging.getLogger("gpuqueue.leader")
 
@@ -34,7 +34,7 @@ class LeaderElector:
         self._last_renew = 0.0
 
     async def run(self) -> None:
-        CALL_CLASS.set(RELEASE)  # a renewal never waits behind the controller's queue of writes
+        CALL_CLASS.set(URGENT)  # a renewal never waits behind the controller's queue of writes
         try:
             while True:
                 try:
