@@ -37,10 +37,10 @@ log = logging.getLogger("gpuqueue.controller")
 @dataclass
 class Options:
     debounce: float = 0.02  # seconds to gather changes before a pass
-    # a pass that took t seconds is followed by the next no sooner than pass_spacing * t later: with
-    # thousands pending a pass costs tens of ms and changes arrive constantly, so passes would
-    # otherwise take most of the controller's CPU; each one now handles more changes at once
-    pass_spacing: float = 2.0
+    # a pass that took t seconds is followed by the next no sooner than pass_spacing * t later (fewer,
+    # larger passes when they are slow). Off: in Kueue's baseline it saved a few seconds of CPU but
+    # delayed every decision by up to twice a pass, and the large class's hand-offs did not gain
+    pass_spacing: float = 0.0
     status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
     qps: float = 100.0
     burst: int = 200
