@@ -78,10 +78,12 @@ class Record:
     job_class: dict[str, str] = field(default_factory=dict)
     wl_created: dict[str, float] = field(default_factory=dict)  # Job key -> its Workload's creation
     wl_admitted: dict[str, float] = field(default_factory=dict)  # Job key -> first Admitted=True written
+    wl_finished: dict[str, float] = field(default_factory=dict)  # Job key -> Finished=True written
     usage_log: list[tuple[float, str, int]] = field(default_factory=list)  # (t, ClusterQueue, +-milli)
     preemptions: int = 0
     resuspensions: int = 0
     writes: dict[str, int] = field(default_factory=dict)  # "verb resource[/subresource]" -> count
+    responses: dict[str, int] = field(default_factory=dict)  # "METHOD status" -> count, every request
 
 
 class JobsAndRecorder:
@@ -154,6 +156,8 @@ class JobsAndRecorder:
             self.rec.wl_created.setdefault(job, now)
         if _true(new, "Admitted"):
             self.rec.wl_admitted.setdefault(job, now)
+        if _true(new, "Finished"):
+            self.rec.wl_finished.setdefault(job, now)
         admission = (new.get("status") or {}).get("admission")
         holds = (w.type != "DELETED" and admission is not None and _true(new, "QuotaReserved") is not None
                  and _true(new, "Finished") is None)
@@ -198,6 +202,16 @@ def _why(old: dict, new: dict) -> str:
     return "other (pending message)"
 
 
+def _what(path: str) -> str:
+    """`jobs (one)`, `pods (list)`...: what a GET read."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if "namespaces" in parts[:-1]:
+        parts = parts[parts.index("namespaces") + 2:]
+    else:
+        parts = parts[3:] if parts[0] == "apis" else parts[2:]
+    return f"{parts[0]} ({'one' if len(parts) > 1 else 'list'})" if parts else path
+
+
 def _serve(conn, profile: Path | None) -> None:
     async def main():
         # A large watch window: the controller's watches resume after their timeout without a relist.
@@ -212,6 +226,13 @@ def _serve(conn, profile: Path | None) -> None:
                     r = jobs.rec
                     conn.send((len(r.created), len(r.admitted), len(r.completed)))
                 elif msg == "record":
+                    jobs.rec.responses = {f"{m} {c}": n for (m, c), n in sorted(getattr(api, "responses", {}).items())}
+                    gets: dict[str, int] = {}
+                    for method, path in api.requests:
+                        if method == "GET" and "watch=" not in path:
+                            what = "GET " + _what(path)
+                            gets[what] = gets.get(what, 0) + 1
+                    jobs.rec.responses.update(sorted(gets.items(), key=lambda kv: -kv[1]))
                     conn.send(jobs.rec)
                 elif msg == "stop":
                     return
@@ -340,6 +361,8 @@ async def ask(conn, msg: str):
 
 async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None,
               profile: Path | None) -> dict:
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
     server = mp.get_context("fork").Process(
         target=_serve, args=(child, profile / "standin.prof" if profile else None), daemon=True)
@@ -380,6 +403,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
                "stand-in": cpu_seconds(server.pid) - cpu0["stand-in"],
                "driver": time.process_time() - cpu0["driver"]}
         rec: Record = await ask(parent, "record")
+        passes = await scrape_passes(metrics_port)
     finally:
         if ctl.poll() is None:
             ctl.send_signal(signal.SIGTERM)
@@ -390,10 +414,25 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
         log_file.close()
         parent.send("stop")
         server.join(30)
-    return summarize(cfg, rec, cpu, lags)
+    return summarize(cfg, rec, cpu, lags, passes)
 
 
-def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
+async def scrape_passes(port: int) -> tuple[float, float] | None:
+    """(count, seconds) of the controller's scheduling passes, from its /metrics."""
+    try:
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
+            text = await r.text()
+    except aiohttp.ClientError:
+        return None
+    found = {}
+    for line in text.splitlines():
+        for suffix in ("count", "sum"):
+            if line.startswith(f"gpuqueue_admission_pass_duration_seconds_{suffix} "):
+                found[suffix] = float(line.split()[1])
+    return (found["count"], found["sum"]) if len(found) == 2 else None
+
+
+def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=None) -> dict:
     first = min(rec.created.values())
     end = max(rec.completed.values())
     waits: dict[str, list[float]] = {c.name: [] for c in cfg.classes}
@@ -418,7 +457,13 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
     per_cq = [(area.get(ns, 0.0) + usage.get(ns, 0) * (end - last.get(ns, first))) / span / (cfg.nominal * 1000) * 100
               for ns in namespaces(cfg)]
     lags.sort()
+    large = handoffs(cfg, rec, cfg.classes[-1].name)
+    totals = sorted(sum(h) for h in large)
     return {
+        "handoff": {"class": cfg.classes[-1].name, "n": len(large),
+                    "mean": [sum(x) / len(x) for x in zip(*large)] if large else [float("nan")] * 3,
+                    "p50": totals[len(totals) // 2] if totals else float("nan"),
+                    "p90": totals[int(0.9 * (len(totals) - 1))] if totals else float("nan")},
         "wall": end - first,
         "avg_wait": {k: (sum(v) / len(v) if v else float("nan")) for k, v in waits.items()},
         "stages": {k: [sum(x) / len(x) if x else float("nan") for x in v] for k, v in stages.items()},
@@ -433,7 +478,29 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float]) -> dict:
         "lag_p99": lags[int(0.99 * (len(lags) - 1))] if lags else 0.0,
         "lag_max": lags[-1] if lags else 0.0,
         "writes": rec.writes,
+        "responses": rec.responses,
+        "passes": passes,
     }
+
+
+def handoffs(cfg: Config, rec: Record, cls: str) -> list[tuple[float, float, float]]:
+    """The class's hand-offs within a ClusterQueue: a Job of the class completes while the next one
+    (by admission) already waits; per hand-off the seconds from that completion to the completed
+    Workload's Finished=True write, from there to the next one's Admitted=True write, and to its
+    unsuspension. For the large class (a 20-cpu Job on a nominal quota of 20) this is the round trip
+    each of its Jobs adds to the 1 s it runs."""
+    out = []
+    for ns in namespaces(cfg):
+        jobs = sorted((t, k) for k, t in rec.admitted.items()
+                      if rec.job_class.get(k) == cls and k.startswith(ns + "/"))
+        for (_, prev), (t_next, nxt) in zip(jobs, jobs[1:]):
+            done = rec.completed.get(prev)
+            if done is None or rec.created[nxt] >= done or t_next <= done:
+                continue  # not waiting for this one (or admitted beside it, borrowing)
+            finished = rec.wl_finished.get(prev, done)
+            admitted = rec.wl_admitted.get(nxt, t_next)
+            out.append((finished - done, max(0.0, admitted - finished), t_next - admitted))
+    return out
 
 
 def scaled(cfg: Config, scale: float, cohorts: int | None, queues: int | None) -> Config:
@@ -474,6 +541,15 @@ def main() -> None:
         print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s; "
               f"Job -> Workload {st[0]:.2f} s, Workload -> Admitted {st[1]:.2f} s, Admitted -> unsuspended {st[2]:.2f} s)")
     print("  writes: " + ", ".join(f"{k} {v}" for k, v in sorted(r["writes"].items(), key=lambda kv: -kv[1])))
+    h = r["handoff"]
+    print(f"  {h['class']} hand-offs within a ClusterQueue (one completes while the next waits): {h['n']}, "
+          f"completion -> next unsuspended p50 {h['p50'] * 1000:.0f} ms, p90 {h['p90'] * 1000:.0f} ms; mean "
+          f"completion -> Finished written {h['mean'][0] * 1000:.0f} ms, -> next Admitted written "
+          f"{h['mean'][1] * 1000:.0f} ms, -> unsuspended {h['mean'][2] * 1000:.0f} ms")
+    if r["passes"]:
+        print(f"  scheduling passes {r['passes'][0]:.0f}, {r['passes'][1]:.1f} s in all "
+              f"({r['passes'][1] / max(r['passes'][0], 1) * 1000:.1f} ms each)")
+    print("  API requests by answer: " + ", ".join(f"{k} {v}" for k, v in r["responses"].items()))
     print(f"  Job creation sent late by p99 {r['lag_p99'] * 1000:.0f} ms, max {r['lag_max'] * 1000:.0f} ms")
     if base.published and args.scale == 1.0 and cfg.cohorts == base.cohorts and cfg.queues_per_cohort == base.queues_per_cohort:
         p = base.published

@@ -57,3 +57,58 @@ async def test_more_urgent_calls_take_the_next_free_slot_first():
     await asyncio.gather(*tasks)
     assert order == ["urgent", "ordinary-1", "ordinary-2", "inform"]
     await slots.take(ORDINARY)  # every slot came back: one free again
+
+
+async def test_a_waiting_call_promoted_goes_after_the_urgent_ones_already_waiting():
+    import asyncio
+
+    from extender.controller.kubeapi import ORDINARY, URGENT, Slots
+
+    slots = Slots(1)
+    await slots.take(ORDINARY)
+    order: list[str] = []
+
+    async def call(name: str, cls: int, tag: str | None = None):
+        await slots.take(cls, tag)
+        order.append(name)
+        slots.give()
+
+    tasks = [asyncio.ensure_future(call(name, cls, tag)) for name, cls, tag in (
+        ("ordinary", ORDINARY, None), ("creation", ORDINARY, "create-workload:ns/job"), ("urgent", URGENT, None))]
+    await asyncio.sleep(0)
+    assert slots.promote("create-workload:ns/job")
+    assert not slots.promote("create-workload:ns/job")  # already urgent
+    assert not slots.promote("nobody-waits")
+    slots.give()
+    await asyncio.gather(*tasks)
+    assert order == ["urgent", "creation", "ordinary"]
+    assert not slots.promote("create-workload:ns/job")  # done: forgotten
+
+
+async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
+    import asyncio
+
+    import pytest
+
+    from extender.controller.kubeapi import INFORM, ORDINARY, Slots
+
+    slots = Slots(1)
+    await slots.take(ORDINARY)
+    order: list[str] = []
+
+    async def call(name: str, tag: str | None = None):
+        await slots.take(INFORM, tag)
+        order.append(name)
+        slots.give()
+
+    moot = asyncio.ensure_future(call("moot", "pending-message:ns/job"))
+    other = asyncio.ensure_future(call("other"))
+    await asyncio.sleep(0)
+    assert slots.withdraw("pending-message:ns/job")
+    with pytest.raises(asyncio.CancelledError):
+        await moot
+    slots.give()
+    await other
+    assert order == ["other"]
+    assert not slots.withdraw("pending-message:ns/job")  # nothing waits under that tag any more
+    await slots.take(ORDINARY)  # every slot came back

@@ -96,3 +96,42 @@ async def test_many_releases_ending_in_any_order():
             # a waiter is done exactly when every release up to its barrier has ended
             assert w.done() == all(i in ended for i in range(1, upto + 1)), (upto, rid)
     assert all(w.result() is True for _, w in waiters)
+
+
+async def test_an_admission_waits_only_for_its_own_tree_and_for_releases_of_no_known_tree():
+    r = Releases()
+    other = r.start("cohort/b")
+    assert r.barrier("cohort/a") is None  # nothing under way in its tree
+    own, unknown = r.start("cohort/a"), r.start(None)
+    waiter = asyncio.ensure_future(r.wait(r.barrier("cohort/a")))
+    r.end(own)
+    assert not await settled(waiter)  # the release of no known tree still counts
+    r.end(unknown)
+    assert await settled(waiter) and waiter.result() is True
+    assert len(r) == 1  # the other tree's release is still open; nobody in tree a waited for it
+    everything = asyncio.ensure_future(r.wait(r.barrier()))  # no tree given: waits for all
+    assert not await settled(everything)
+    r.end(other)
+    assert await settled(everything) and everything.result() is True
+
+
+async def test_an_abandoned_release_of_another_tree_does_not_stop_the_admission():
+    r = Releases()
+    other, own = r.start("cohort/b"), r.start("cohort/a")
+    waiter = asyncio.ensure_future(r.wait(r.barrier("cohort/a")))
+    r.end(other, abandoned=True)
+    r.end(own)
+    assert await settled(waiter) and waiter.result() is True
+
+
+async def test_after_the_trees_change_what_was_open_counts_for_every_tree():
+    r = Releases()
+    before = r.start("cohort/b")
+    r.regroup()  # e.g. a ClusterQueue moved from cohort b to cohort a
+    after = r.start("cohort/b")
+    waiter = asyncio.ensure_future(r.wait(r.barrier("cohort/a")))
+    assert not await settled(waiter)
+    r.end(before)
+    assert await settled(waiter) and waiter.result() is True  # `after` started under the new trees
+    assert r.barrier("cohort/a") is None
+    r.end(after)

@@ -192,3 +192,28 @@ async def test_token_bucket_limits_rate_after_burst():
     await asyncio.wait_for(waiter, 1)
     with pytest.raises(ValueError):
         TokenBucket(rate=0, burst=1)
+
+
+async def test_bookmarks_move_the_resource_version_and_a_failed_watch_resumes_without_a_relist(api, co):
+    api.cluster.create(R.WORKLOADS, "team-b", workload("first"))
+    inf = Informer(co.list_cluster_custom_object, *KUEUE, "workloads", backoff_initial=0.02)
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 3)
+        await eventually(lambda: api.open_watches == 1)
+        listed_at = int(inf.resource_version)
+        # writes to another kind move the server's resourceVersion; only a bookmark tells us
+        api.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "elsewhere"}})
+        api.send_bookmarks()
+        await eventually(lambda: int(inf.resource_version) == api.cluster.store.rv)
+        assert int(inf.resource_version) > listed_at and rec.log == [("add", "first")]
+        # a watch answered with 500 (a Status, not an event) is retried from there, not relisted
+        api.faults.add(r"/workloads$", method="GET", watch=True, status=500, times=1)
+        api.drop_watches()
+        api.cluster.create(R.WORKLOADS, "team-b", workload("second"))
+        await eventually(lambda: "team-b/second" in inf.store)
+        assert inf.lists == 1 and inf.watch_starts >= 3
+        assert [e[:2] for e in rec.log] == [("add", "first"), ("add", "second")]
+    finally:
+        await inf.stop()

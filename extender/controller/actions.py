@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.kubeapi import CALL_CLASS, INFORM, ORDINARY, URGENT, is_status
+from extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
 from extender.controller.releases import Releases
 from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from extender.kube import retry_on_conflict
@@ -108,8 +108,9 @@ class Actions:
         task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
         return task
 
-    def release(self) -> int:
-        return self.releases.start()
+    def release(self, cluster_queue: str | None = None) -> int:
+        """A release freeing room of `cluster_queue` (None: unknown, every admission waits for it)."""
+        return self.releases.start(self.tree(cluster_queue))
 
     def released(self, rid: int) -> None:
         self.releases.end(rid)
@@ -164,15 +165,20 @@ class Actions:
         return cached
 
     async def _update(self, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
-                      change: Callable[[dict], dict | None], subresource: str | None = None) -> dict | None:
+                      change: Callable[[dict], dict | None], subresource: str | None = None,
+                      protect: Callable[[dict], dict] = W.json_copy) -> dict | None:
         """Read-modify-write of one object, retried on conflict. The cached object saves the first
         read: if it is stale, the write it leads to fails with 409 and is made again from a live
         read. But a cache behind the API can also make a needed write look needless (a watch
         stalled or cut, our own last write not seen yet): "nothing to write" is trusted only when
-        judged on a live read."""
+        judged on a live read.
+
+        `change` gets the cached object through `protect` - a copy deep enough that what change
+        edits is not the cache's (W.status_copy for changes that only set status fields, identity
+        for changes that build a new object) - and a live read as it is (nobody else holds it)."""
         first = None
         if cached is not None:
-            body = change(W.json_copy(cached))
+            body = change(protect(cached))
             if body is not None:
                 first = _Computed(body)
 
@@ -189,26 +195,31 @@ class Actions:
         def guarded(obj):
             if isinstance(obj, _Computed):
                 return obj.body
-            return change(W.json_copy(obj))
+            return change(obj)
 
         return await retry_on_conflict(read, guarded, send, attempts=8)
 
     async def _update_workload(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` edits only `status` fields (it sets them, and replaces lists rather than
+        editing them in place)."""
         try:
-            return await self._update(K.WORKLOADS, st.namespace, st.wl_name, self.workload(st), change, "status")
+            return await self._update(K.WORKLOADS, st.namespace, st.wl_name, self.workload(st), change, "status",
+                                      protect=W.status_copy)
         except Exception as exc:
             if is_status(exc, 404):
                 return None  # the Job (and with it the Workload) is gone
             raise
 
     async def _update_job(self, st: "JobState", change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` returns a new object (W.admitted_job, W.suspended_job, W.restored_job copy)
+        and leaves the one it is given as it was."""
         def checked(job: dict) -> dict | None:
             if job["metadata"].get("uid") != st.uid:
                 return None
             return change(job)
 
         try:
-            return await self._update(K.JOBS, st.namespace, st.name, self.job(st), checked)
+            return await self._update(K.JOBS, st.namespace, st.name, self.job(st), checked, protect=_as_is)
         except Exception as exc:
             if is_status(exc, 404):
                 return None
@@ -261,12 +272,12 @@ class Actions:
                 return W.preemption_message(self._workload_uid(preemptor), preemptor.uid if preemptor else "",
                                             dec.reason, *paths)
 
-            self.evict(st, "Preempted", message, dec.reason)
+            self.evict(st, "Preempted", message, dec.reason, dec.cluster_queue)
         elif isinstance(dec, d.Evicted):
             async def fixed(text=dec.message) -> str:
                 return text
 
-            self.evict(st, dec.reason, fixed, None)
+            self.evict(st, dec.reason, fixed, None, dec.cluster_queue)
         elif isinstance(dec, d.Pending):
             self.pending(st, dec.cluster_queue, dec.message, dec.reason)
 
@@ -276,25 +287,43 @@ class Actions:
         wl = self.workload(st)
         return st.wl_uid or (wl or {}).get("metadata", {}).get("uid", "")
 
-    def _path(self, cq: str) -> str:
-        """Kueue's `/cohort/.../clusterqueue` path of a ClusterQueue in the cohort tree."""
+    def _chain_of(self, cq: str) -> list[str] | None:
+        """The ClusterQueue and its cohorts up to the root; None without an engine or on a cycle."""
         engine = self.ctl.engine
         if engine is None:
-            return ""
+            return None
         parts = [cq]
         spec = engine.state.cq_specs.get(cq)
         cohort = spec.cohort if spec else None
         seen: set[str] = set()
-        while cohort and cohort not in seen:
+        while cohort:
+            if cohort in seen:
+                return None
             seen.add(cohort)
             parts.append(cohort)
             cspec = engine.state.cohort_specs.get(cohort)
             cohort = cspec.parent if cspec else None
-        return "/" + "/".join(reversed(parts))
+        return parts
+
+    def _path(self, cq: str) -> str:
+        """Kueue's `/cohort/.../clusterqueue` path of a ClusterQueue in the cohort tree."""
+        parts = self._chain_of(cq)
+        return "/" + "/".join(reversed(parts)) if parts else ""
+
+    def tree(self, cq: str | None) -> str | None:
+        """The cohort tree a ClusterQueue's quota lives in (the scope of its releases and
+        admissions, see releases.py); None when it cannot be told."""
+        parts = self._chain_of(cq) if cq else None
+        if not parts:
+            return None
+        return f"cohort/{parts[-1]}" if len(parts) > 1 else f"clusterqueue/{cq}"
 
     # -- Workload lifecycle -------------------------------------------------------------------------------
     def ensure_workload(self, st: "JobState") -> None:
         async def create():
+            CALL_TAG.set(_creation_tag(st.key))  # admit() may move it up (this task's context only)
+            if st.phase == "admitted":
+                CALL_CLASS.set(URGENT)
             if self.workload(st) is not None:
                 return
             job = self.job(st)
@@ -344,7 +373,13 @@ class Actions:
             del self._pending_latest[st.key]
             if st.phase != "pending":
                 return
-            result = await self._update_workload(st, change)
+            CALL_TAG.set(_pending_tag(st.key))  # admit() withdraws it while it waits for a connection
+            try:
+                result = await self._update_workload(st, change)
+            except asyncio.CancelledError:
+                if self.ctl.leader and st.phase != "pending" and not asyncio.current_task().cancelling():
+                    return  # withdrawn: the workload was admitted meanwhile (the chain goes on)
+                raise
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
 
@@ -352,7 +387,10 @@ class Actions:
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
-        barrier = self.releases.barrier()
+        barrier = self.releases.barrier(self.tree(admission.cluster_queue))
+        if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
+            self.kube.promote(_creation_tag(st.key))
+        self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
         engine = self.ctl.engine
         flavors = [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
                    if f in engine.state.flavors] if engine else []
@@ -363,6 +401,7 @@ class Actions:
                 return  # a release was abandoned: this replica is stopping, the next one decides
             if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
+            st.maybe_reserved = True  # from the moment the write may land, whatever its outcome
             wrote = await self._update_workload(st, lambda wl: _reserve(wl, admission))
             if wrote is None and self.workload(st) is None:
                 return
@@ -399,7 +438,7 @@ class Actions:
                     admission.flavors_of(W.MAIN), body[:300])
         self.refused.append(st.key)
         engine = self.ctl.engine
-        rid = self.release()
+        rid = self.release(admission.cluster_queue)
         if engine is not None:
             engine.finish(st.key)
         st.phase = "blocked"
@@ -450,10 +489,10 @@ class Actions:
         self.chain(st.key, write, release=rid)
 
     def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
-              preempted_reason: str | None) -> None:
+              preempted_reason: str | None, cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release()
+        rid = self.release(cluster_queue)
         message = ""
 
         def mark(wl: dict) -> dict | None:
@@ -469,13 +508,22 @@ class Actions:
             status["conditions"] = conds
             return wl
 
+        first_try = True
+
         async def write():
-            nonlocal message
+            nonlocal message, first_try
+            skip, first_try = first_try and not st.maybe_reserved, False  # (a retry finishes what it began)
+            if skip:
+                # Preempted before its admission was written (the admission, chained before this,
+                # saw the Job was no longer admitted and wrote nothing): the API holds no
+                # reservation for it and its Job was never unsuspended, so there is nothing to undo.
+                self._evicted(st)
+                return
             message = await make_message()
             marked = await self._update_workload(st, mark)
             if marked is not None:
                 self.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
-            await self._complete_eviction(st, reason, message)
+            await self._complete_eviction(st, reason, message, rid)
 
         self.chain(st.key, write, release=rid)
 
@@ -487,21 +535,29 @@ class Actions:
             except (KeyError, ValueError):
                 pass
 
-    def resume_eviction(self, st: "JobState") -> None:
+    def resume_eviction(self, st: "JobState", cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release()
+        rid = self.release(cluster_queue)
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
 
         async def write():
-            await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""))
+            await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""), rid)
 
         self.chain(st.key, write, release=rid)
 
-    async def _complete_eviction(self, st: "JobState", reason: str, message: str) -> None:
+    async def _complete_eviction(self, st: "JobState", reason: str, message: str, rid: int | None = None) -> None:
+        """Suspend the Job, wait until its pods are gone, clear the reservation - the release
+        `rid`, marked done right there, so the preemptor waiting on it is written one round trip
+        sooner - then restore the Job's own pod template (before any re-admission of this Job:
+        that write waits in the same chain)."""
         await self._update_job(st, lambda job: None if job["spec"].get("suspend") else W.suspended_job(job))
         await self._wait_stopped(st)
+        await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
+        if rid is not None:
+            self.released(rid)
+        self._evicted(st)
         try:
             await self._update_job(st, _restored)
         except Exception as exc:
@@ -510,7 +566,10 @@ class Actions:
             # 1.24 keeps startTime on suspend, so the template stays as admitted: the Job can only
             # come back on the same flavor (its nodeSelector says so to the engine).
             log.info("%s keeps its admitted pod template (the API refused the restore)", st.key)
-        await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
+
+    def _evicted(self, st: "JobState") -> None:
+        """The victim's reservation is gone from the API."""
+        st.maybe_reserved = False
         self.evicting.pop(st.key, None)
         self.status_dirty = True
         if st.phase == "evicting":
@@ -544,8 +603,10 @@ class Actions:
         return bool(job["spec"].get("suspend")) and not (job.get("status") or {}).get("active") and \
             self.ctl.pods_gone(st.uid)
 
-    def finish_workload(self, st: "JobState", how: str) -> None:
-        rid = self.release()
+    def finish_workload(self, st: "JobState", how: str, cluster_queue: str | None = None) -> None:
+        """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
+        the API may still show a reservation, so every admission waits for this write)."""
+        rid = self.release(cluster_queue)
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):
@@ -617,10 +678,22 @@ class Actions:
 
         meta = obj["metadata"]
         try:
-            await self._update(kind, meta.get("namespace"), meta["name"], obj, change, "status")
+            await self._update(kind, meta.get("namespace"), meta["name"], obj, change, "status", protect=W.status_copy)
         except Exception as exc:  # noqa: BLE001
             if not is_status(exc, 404):
                 raise
+
+
+def _creation_tag(key: str) -> str:
+    return "create-workload:" + key
+
+
+def _pending_tag(key: str) -> str:
+    return "pending-message:" + key
+
+
+def _as_is(obj: dict) -> dict:
+    return obj
 
 
 class _Computed:

@@ -8,7 +8,7 @@ from typing import Mapping
 from extender.controller import workload as W
 from extender.quota.engine import QuotaEngine
 from extender.quota.model import Admission
-from gpuqueue.api.quantity import format_engine_int
+from extender.controller.workload import format_engine_int
 
 
 @dataclass

@@ -4,13 +4,16 @@ conditions, its `status.admission`, and the pod-template changes admission makes
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
+import time
 from typing import Any
 
 import orjson
 
 from extender.quota.model import Admission, FlavorSpec
-from gpuqueue.api.quantity import format_engine_int, parse_engine_int
+from gpuqueue.api.quantity import format_engine_int as _format_engine_int
+from gpuqueue.api.quantity import parse_engine_int as _parse_engine_int
 from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -27,12 +30,44 @@ HUMAN_PREEMPTION_REASONS = {
 
 
 
+# Quantities are formatted and parsed through exact fractions (a few hundred microseconds); a
+# workload's few amounts repeat across thousands of admissions (admission_to_status was ~8% of
+# the controller's CPU in bench/kueue_realtime.py), so both are memoized.
+format_engine_int = functools.lru_cache(maxsize=8192)(_format_engine_int)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(resource: str, raw: str) -> int:
+    return _parse_engine_int(resource, raw)
+
+
+def parse_engine_int(resource: str, raw) -> int:
+    return _parse_cached(resource, raw) if isinstance(raw, str) else _parse_engine_int(resource, raw)
+
+
 def json_copy(obj):
     """A deep copy of JSON data (what the watch caches hold), several times faster than copy.deepcopy."""
     return orjson.loads(orjson.dumps(obj))
 
+def status_copy(obj: dict) -> dict:
+    """A copy whose top level and `status` can be set without touching the original (which
+    shares everything below): enough for a change that sets status fields."""
+    out = dict(obj)
+    if isinstance(out.get("status"), dict):
+        out["status"] = dict(out["status"])
+    return out
+
+
+_now_cache: tuple[int, str] = (0, "")
+
+
 def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time at seconds, as metav1.Time is written; formatted once per second."""
+    global _now_cache
+    second = int(time.time())
+    if _now_cache[0] != second:
+        _now_cache = (second, dt.datetime.fromtimestamp(second, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _now_cache[1]
 
 
 def parse_time(value: str | None) -> float | None:

@@ -32,6 +32,11 @@ class TokenBucket:
         self.updated = now
 
     async def acquire(self) -> None:
+        if not self._lock.locked():  # nobody waiting: no lock to take (one per write adds up)
+            self._refill()
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
         async with self._lock:  # FIFO among waiters
             self._refill()
             while self.tokens < 1:

@@ -8,6 +8,7 @@ protocol of kube-apiserver 1.24 for the kinds gpuqueue uses (see docs/apiserver-
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import Callable
@@ -91,6 +92,7 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []  # (method, path?query) of every request, for assertions
         self.internal_errors: list[BaseException] = []
+        self.responses: collections.Counter[tuple[str, int]] = collections.Counter()  # (method, status) -> count
         self._watches: set[_Watch] = set()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -178,6 +180,11 @@ class ApiServer:
     # --- HTTP ----------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        resp = await self._answer(request)
+        self.responses[(request.method, resp.status)] += 1
+        return resp
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         q = request.query
         is_watch = _true(q.get("watch"))
@@ -203,11 +210,12 @@ class ApiServer:
             if request.method == "POST" and route.name is None:
                 body = await self._body(request)
                 return self._reply(route.rt, 201, self.cluster.create(route.rt, route.namespace, body,
-                                                                     dry_run=_dry_run(q)))
+                                                                     dry_run=_dry_run(q), owned=True))
             if request.method == "PUT" and route.name:
                 body = await self._body(request)
                 return self._reply(route.rt, 200, self.cluster.update(
-                    route.rt, route.namespace, route.name, body, subresource=route.subresource, dry_run=_dry_run(q)))
+                    route.rt, route.namespace, route.name, body, subresource=route.subresource, dry_run=_dry_run(q),
+                    owned=True))
             if request.method == "PATCH" and route.name:
                 body = await self._body(request)
                 return self._reply(route.rt, 200, self.cluster.patch(
@@ -345,7 +353,7 @@ class ApiServer:
                 return resp
             for type_, obj in initial:
                 await send(type_, obj)
-            await self._pump(resp, w, watcher, match, timeout, bookmarks, send)
+            await self._pump(resp, w, watcher, match, timeout, bookmarks, send if fault is not None else None)
             if not w.dropped:
                 await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
@@ -380,9 +388,18 @@ class ApiServer:
             if w.dropped:
                 return
             if get in done:
-                event = get.result()
-                for type_, obj in self._filtered(event.type, event.obj, event.old, match):
-                    await send(type_, obj)
+                # everything queued meanwhile goes out with it, in one write when no fault counts
+                # events one by one (under load: fewer wake-ups and socket sends for both sides)
+                events = [get.result()]
+                while not watcher.queue.empty():
+                    events.append(watcher.queue.get_nowait())
+                out = [ev for e in events for ev in self._filtered(e.type, e.obj, e.old, match)]
+                if send is None:
+                    if out:  # (an empty chunk would end the stream)
+                        await resp.write(b"".join(self._line(w.rt, type_, obj) for type_, obj in out))
+                else:
+                    for type_, obj in out:
+                        await send(type_, obj)
                 continue
             now = loop.time()
             if bookmarks and (poke in done or now >= next_bookmark
@@ -411,8 +428,11 @@ class ApiServer:
         return []
 
     async def _send(self, resp, rt: ResourceType, type_: str, obj: dict) -> None:
+        await resp.write(self._line(rt, type_, obj))
+
+    def _line(self, rt: ResourceType, type_: str, obj: dict) -> bytes:
         payload = obj if type_ == "ERROR" else self.cluster.render(rt, obj)
-        await resp.write(_dumps({"type": type_, "object": payload}, sort=rt.custom and type_ != "ERROR"))
+        return _dumps({"type": type_, "object": payload}, sort=rt.custom and type_ != "ERROR")
 
     async def _send_bookmark(self, resp, rt: ResourceType) -> None:
         rv = str(self.cluster.store.rv)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import datetime
 import json
 import logging
@@ -20,7 +19,7 @@ from . import status as S
 from . import strategies
 from .resources import ResourceType
 from .selectors import parse_field_selector, parse_label_selector
-from .store import Key, Store, StoredEvent
+from .store import Key, Store, StoredEvent, json_copy
 
 log = logging.getLogger(__name__)
 
@@ -179,10 +178,11 @@ class Cluster:
     # --- create ------------------------------------------------------------------------------------
 
     def create(self, rt: ResourceType, namespace: str | None, body, *, dry_run: bool = False,
-               verb: str = "create") -> dict:
+               verb: str = "create", owned: bool = False) -> dict:
+        """`owned`: the body is the caller's to give away (decoded from a request), no copy needed."""
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise S.bad_request(f"the body of the request could not be decoded as a {rt.kind}")
-        obj = strategies.event_to_storage(rt, copy.deepcopy(body))
+        obj = strategies.event_to_storage(rt, body if owned else json_copy(body))
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         meta = obj.setdefault("metadata", {})
@@ -245,13 +245,15 @@ class Cluster:
     # --- update / patch ------------------------------------------------------------------------------
 
     def update(self, rt: ResourceType, namespace: str | None, name: str, body, *, subresource: str | None = None,
-               dry_run: bool = False, verb: str = "update") -> dict:
+               dry_run: bool = False, verb: str = "update", owned: bool = False) -> dict:
+        """`owned`: as for create. Stored objects are never mutated, so the new one shares with
+        the old what a status write leaves as it was."""
         if subresource not in (None, "status") or (subresource == "status" and not rt.status_subresource):
             raise S.page_not_found()
         old = self._lookup(rt, namespace, name)
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise S.bad_request(f"the body of the request could not be decoded as a {rt.kind}")
-        new = strategies.event_to_storage(rt, copy.deepcopy(body))
+        new = strategies.event_to_storage(rt, body if owned else json_copy(body))
         new.pop("kind", None)
         new.pop("apiVersion", None)
         meta = new.setdefault("metadata", {})
@@ -266,12 +268,12 @@ class Cluster:
             raise S.conflict(rt, name)
         if subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(old)
+            new = dict(old)
+            new["metadata"] = meta = dict(old["metadata"])
             if status is None:
                 new.pop("status", None)
             else:
                 new["status"] = status
-            meta = new["metadata"]
         else:
             for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace",
                       "generation"):
@@ -283,7 +285,7 @@ class Cluster:
             meta.pop("managedFields", None)
             if rt.status_subresource:
                 if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                    new["status"] = json_copy(old["status"])
                 else:
                     new.pop("status", None)
             if not rt.custom:
@@ -292,8 +294,8 @@ class Cluster:
             errs = strategies.update_errors(rt, new, old)
             if errs:
                 raise S.invalid(rt, name, errs)
-        if not rt.custom and subresource == "status":
-            strategies.normalize_times(new, rt.kind)
+        if not rt.custom and subresource == "status" and "status" in new:
+            strategies.normalize_times(new["status"], rt.kind)  # the rest is the stored object's, canonical
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if rt.has_generation and _spec_part(new) != _spec_part(old):
             meta["generation"] = old["metadata"].get("generation", 0) + 1
@@ -307,7 +309,7 @@ class Cluster:
 
     def patch(self, rt: ResourceType, namespace: str | None, name: str, content_type: str, patch_body, *,
               subresource: str | None = None, dry_run: bool = False, verb: str = "patch") -> dict:
-        current = copy.deepcopy(self.render(rt, self._lookup(rt, namespace, name)))
+        current = json_copy(self.render(rt, self._lookup(rt, namespace, name)))
         if content_type == patches.MERGE_PATCH:
             patched = patches.merge_patch(current, patch_body)
         elif content_type == patches.STRATEGIC_MERGE_PATCH and not rt.custom:
@@ -321,7 +323,8 @@ class Cluster:
         # The stored resourceVersion only counts as a precondition if the patch itself set one.
         if (patched.get("metadata") or {}).get("resourceVersion") == current["metadata"]["resourceVersion"]:
             patched["metadata"].pop("resourceVersion", None)
-        return self.update(rt, namespace, name, patched, subresource=subresource, dry_run=dry_run, verb=verb)
+        return self.update(rt, namespace, name, patched, subresource=subresource, dry_run=dry_run, verb=verb,
+                           owned=True)
 
     # --- delete --------------------------------------------------------------------------------------
 
@@ -344,7 +347,7 @@ class Cluster:
             raise S.invalid(rt, name, [S.FieldError.unsupported("propagationPolicy", propagation,
                                                                   ["Foreground", "Background", "Orphan"])])
         propagation = propagation or default_propagation(rt)
-        new = copy.deepcopy(old)
+        new = json_copy(old)
         nmeta = new["metadata"]
         finalizers = list(nmeta.get("finalizers") or [])
         if propagation == "Foreground" and "foregroundDeletion" not in finalizers and self._dependents(meta["uid"]):
@@ -447,7 +450,7 @@ class Cluster:
         states = [self._owner_state(ref, uids) for ref in refs]
         if "orphaning" in states:
             keep = [ref for ref, st in zip(refs, states) if st != "orphaning"]
-            new = copy.deepcopy(obj)
+            new = json_copy(obj)
             if keep:
                 new["metadata"]["ownerReferences"] = keep
             else:
@@ -462,7 +465,7 @@ class Cluster:
         meta = obj["metadata"]
         if self._dependents(meta["uid"]):
             return
-        new = copy.deepcopy(obj)
+        new = json_copy(obj)
         left = [f for f in meta.get("finalizers") or [] if f not in ("orphan", "foregroundDeletion")]
         if left:
             new["metadata"]["finalizers"] = left

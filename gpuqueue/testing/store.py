@@ -8,6 +8,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import orjson
+
 Key = tuple[str, str]  # (namespace or "", name)
 
 
@@ -102,8 +104,20 @@ class Store:
         self.watchers.get(watcher.storage_key, set()).discard(watcher)
 
 
+_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def json_copy(obj):
+    """A deep copy of JSON data (objects as they cross the API), several times faster than
+    copy.deepcopy; anything else (a datetime, a non-string key, a huge int) gets copy.deepcopy."""
+    try:
+        return orjson.loads(orjson.dumps(obj, option=_STRICT))
+    except TypeError:
+        return copy.deepcopy(obj)
+
+
 def frozen_copy(obj: dict) -> dict:
-    return copy.deepcopy(obj)
+    return json_copy(obj)
 
 
 Matcher = Callable[[dict], bool]

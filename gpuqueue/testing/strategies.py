@@ -3,7 +3,6 @@ and the events.k8s.io <-> core/v1 Event conversion. Kueue kinds are CRDs with a 
 schema, so beyond metadata nothing is defaulted or validated for them."""
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import re
 
@@ -369,7 +368,7 @@ def job_update_errors(new: dict, old: dict) -> list[FieldError]:
             value = spec.get(field)
             text = go_value(value) if not isinstance(value, dict) else "v1.LabelSelector{...}"
             errs.append(FieldError.immutable(f"spec.{field}", text))
-    template, old_template = copy.deepcopy(spec.get("template") or {}), copy.deepcopy(old_spec.get("template") or {})
+    template, old_template = _editable(spec.get("template") or {}), _editable(old_spec.get("template") or {})
     mutable = bool(old_spec.get("suspend")) and not (old.get("status") or {}).get("startTime")
     if mutable:
         tspec, otspec = template.setdefault("spec", {}), old_template.setdefault("spec", {})
@@ -390,6 +389,16 @@ def job_update_errors(new: dict, old: dict) -> list[FieldError]:
     if template != old_template:
         errs.append(FieldError.immutable("spec.template", _template_immutable_text(template)))
     return errs
+
+
+def _editable(template: dict) -> dict:
+    """A copy of a pod template whose spec and metadata fields can be set and dropped (the only
+    edits job_update_errors makes) without touching the original."""
+    out = dict(template)
+    for key in ("spec", "metadata"):
+        if isinstance(out.get(key), dict):
+            out[key] = dict(out[key])
+    return out
 
 
 def _copy_field(src: dict, dst: dict, field: str) -> None:
