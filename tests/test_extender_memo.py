@@ -10,6 +10,7 @@ import copy
 import orjson
 import pytest
 
+import extender.scheduler.verbs as verbs
 from extender.scheduler.memo import PodMemo
 from extender.scheduler.verbs import filter_verb, prioritize_verb
 from extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
@@ -149,3 +150,33 @@ async def test_filter_then_prioritize_over_https_reads_the_pod_once_and_answers_
     prio = await ext.post("prioritize", names_request(changed, ["gh200-node-2", "gh200-node-1"]))
     # 7 x 2/4 rounded, plus 3 beside its sibling: the other pod is not mistaken for the first
     assert {h["Host"]: h["Score"] for h in prio} == {"gh200-node-2": 2, "gh200-node-1": 7}
+
+
+def test_pods_sharing_a_spec_share_what_it_needs_and_a_different_spec_is_read_again():
+    """What a spec needs (GPUs, tolerations) is remembered per spec JSON across pods; another
+    spec (more GPUs, a toleration) is its own entry, and a spec that cannot be read is refused
+    for each pod with that pod's name (errors are not remembered)."""
+    view = mixed_cluster()
+    view.admit("team-b/train", GH)
+    view.admit("team-b/big", GH)
+    for uid, job, gpus, tolerations in (("a", "train", 1, None), ("b", "train", 1, None), ("c", "big", 4, None),
+                                        ("d", "train", 1, [{"operator": "Exists"}]), ("e", "big", 4, None)):
+        body = wire(job_pod(admitted_body(), job, uid=uid, gpus=gpus, tolerations=tolerations))
+        fresh = mixed_cluster()
+        fresh.admit("team-b/train", GH)
+        fresh.admit("team-b/big", GH)
+        got = answer(filter_verb(body, view, PodMemo()))
+        remembered = dict(verbs._NEEDS)
+        verbs._NEEDS.clear()  # the reference reads the spec afresh
+        try:
+            assert got == answer(filter_verb(body, fresh)), uid
+        finally:
+            verbs._NEEDS.clear()
+            verbs._NEEDS.update(remembered)
+        view.nodes.release(uid)
+    for uid, name in (("x", "bad-1"), ("y", "bad-2")):
+        bad = job_pod(admitted_body(), uid=uid)
+        bad["Pod"]["metadata"]["name"] = name
+        bad["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "lots"
+        error = answer(filter_verb(wire(bad), view, PodMemo()))["Error"]
+        assert f"Pod team-b/{name}: spec.containers[0].resources.requests.nvidia.com/gpu" in error, error
