@@ -180,3 +180,27 @@ def test_pods_sharing_a_spec_share_what_it_needs_and_a_different_spec_is_read_ag
         bad["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "lots"
         error = answer(filter_verb(wire(bad), view, PodMemo()))["Error"]
         assert f"Pod team-b/{name}: spec.containers[0].resources.requests.nvidia.com/gpu" in error, error
+
+
+def test_pods_alike_in_length_and_start_are_told_apart_by_their_whole_bytes():
+    """The memo finds an entry by the length and start of the pod's JSON and then compares all
+    of it: a pod differing only near its end is another pod, never the remembered one."""
+    memo = PodMemo()
+    view = mixed_cluster()
+    view.admit("team-b/train", GH)
+    view.nodes.bind("other", "gh200-node-1", 2)  # 2 GPUs free there: room for one pod, not the other
+    one = job_pod(admitted_body(), gpus=1)
+    four = job_pod(admitted_body(), gpus=4)
+    # same length, same first 512 bytes: only the GPU count near the end differs
+    one_bytes, four_bytes = wire(one), wire(four)
+    assert len(one_bytes) == len(four_bytes) and one_bytes[:600] == four_bytes[:600] and one_bytes != four_bytes
+    answers = []
+    for body in (one_bytes, four_bytes, one_bytes):
+        fresh = mixed_cluster()
+        fresh.admit("team-b/train", GH)
+        fresh.nodes.bind("other", "gh200-node-1", 2)
+        answers.append(answer(filter_verb(body, view, memo)))
+        assert answers[-1] == answer(filter_verb(body, fresh))
+        view.nodes.release(one["Pod"]["metadata"]["uid"])
+    assert answers[0]["NodeNames"] != answers[1]["NodeNames"] == ["gh200-node-2"]
+    assert len(memo) == 1  # they share a slot, each replacing the other
