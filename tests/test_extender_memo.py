@@ -56,6 +56,11 @@ ODD_BODIES = {
     "trailing garbage": wire(admitted_body()) + b"x",
     "truncated": wire(admitted_body())[:-40],
     "pod not an object": b'{"Pod":[],"Nodes":null,"NodeNames":["gh200-node-1"]}',
+    "duplicate and unknown names": wire(names_request(admitted_body(), [
+        "gh200-node-1", "nope", "h100-node-3", "gh200-node-1", "nope", "h100-node-3", "", "gh200-node-2"])),
+    "whitespace in the names array": wire(names_request(admitted_body(), ["h100-node-3", "gh200-node-2"])).replace(
+        b'"NodeNames":["h100-node-3","gh200-node-2"]', b'"NodeNames": [ "h100-node-3" ,\n "gh200-node-2" ]'),
+    "huge list": wire(names_request(admitted_body(), [f"node-{i}" for i in range(5000)] + ["gh200-node-1", "h100-node-3"])),
     "two pods": b'{"Pod":{},"Pod":' + orjson.dumps(admitted_body()["Pod"]) + b',"Nodes":null,"NodeNames":["gh200-node-1"]}',
 }
 
