@@ -44,7 +44,8 @@ import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
-from extender.scheduler import InMemoryClusterView, build_app, tls_context  # noqa: E402
+from certs.reload import ReloadingTLS  # noqa: E402
+from extender.scheduler import InMemoryClusterView, build_app  # noqa: E402
 from extender.scheduler.memo import PodMemo  # noqa: E402
 from extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
 
@@ -179,7 +180,7 @@ def serve(cert_dir: str, port_q: mp.Queue) -> None:
     async def main():
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_context(cert_dir))
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ReloadingTLS(Path(cert_dir)).context)
         await site.start()
         port_q.put(runner.addresses[0][1])
         await asyncio.Event().wait()

@@ -24,21 +24,31 @@ log = logging.getLogger("gpuqueue.certs")
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """TLS 1.2 or newer, TLS12_CIPHERS only. With ``client_ca``, a client certificate that is
+    presented must be signed by that CA; one that is not presented is let through the handshake
+    (CERT_OPTIONAL), so the server decides per endpoint (health probes carry none)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
     ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_COMPRESSION
     ctx.set_alpn_protocols(["http/1.1"])
     ctx.load_cert_chain(cert, key)
+    if client_ca is not None:
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
 class ReloadingTLS:
-    def __init__(self, cert_dir: Path, cert_name: str = "tls.crt", key_name: str = "tls.key") -> None:
+    """``client_ca``: see ``server_context``; the client CA is read once (a new one needs a
+    restart), only the serving pair is reloaded."""
+
+    def __init__(self, cert_dir: Path, cert_name: str = "tls.crt", key_name: str = "tls.key",
+                 client_ca: Path | None = None) -> None:
         self.cert = Path(cert_dir) / cert_name
         self.key = Path(cert_dir) / key_name
-        self.context = server_context(self.cert, self.key)
+        self.context = server_context(self.cert, self.key, client_ca)
         self._stamp = self._file_stamp()
         self.reloads = 0
 

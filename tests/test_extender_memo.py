@@ -10,6 +10,7 @@ import copy
 import orjson
 import pytest
 
+import extender.scheduler.verbs as verbs
 from extender.scheduler.memo import PodMemo
 from extender.scheduler.verbs import filter_verb, prioritize_verb
 from extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
@@ -55,6 +56,11 @@ ODD_BODIES = {
     "trailing garbage": wire(admitted_body()) + b"x",
     "truncated": wire(admitted_body())[:-40],
     "pod not an object": b'{"Pod":[],"Nodes":null,"NodeNames":["gh200-node-1"]}',
+    "duplicate and unknown names": wire(names_request(admitted_body(), [
+        "gh200-node-1", "nope", "h100-node-3", "gh200-node-1", "nope", "h100-node-3", "", "gh200-node-2"])),
+    "whitespace in the names array": wire(names_request(admitted_body(), ["h100-node-3", "gh200-node-2"])).replace(
+        b'"NodeNames":["h100-node-3","gh200-node-2"]', b'"NodeNames": [ "h100-node-3" ,\n "gh200-node-2" ]'),
+    "huge list": wire(names_request(admitted_body(), [f"node-{i}" for i in range(5000)] + ["gh200-node-1", "h100-node-3"])),
     "two pods": b'{"Pod":{},"Pod":' + orjson.dumps(admitted_body()["Pod"]) + b',"Nodes":null,"NodeNames":["gh200-node-1"]}',
 }
 
@@ -149,3 +155,57 @@ async def test_filter_then_prioritize_over_https_reads_the_pod_once_and_answers_
     prio = await ext.post("prioritize", names_request(changed, ["gh200-node-2", "gh200-node-1"]))
     # 7 x 2/4 rounded, plus 3 beside its sibling: the other pod is not mistaken for the first
     assert {h["Host"]: h["Score"] for h in prio} == {"gh200-node-2": 2, "gh200-node-1": 7}
+
+
+def test_pods_sharing_a_spec_share_what_it_needs_and_a_different_spec_is_read_again():
+    """What a spec needs (GPUs, tolerations) is remembered per spec JSON across pods; another
+    spec (more GPUs, a toleration) is its own entry, and a spec that cannot be read is refused
+    for each pod with that pod's name (errors are not remembered)."""
+    view = mixed_cluster()
+    view.admit("team-b/train", GH)
+    view.admit("team-b/big", GH)
+    for uid, job, gpus, tolerations in (("a", "train", 1, None), ("b", "train", 1, None), ("c", "big", 4, None),
+                                        ("d", "train", 1, [{"operator": "Exists"}]), ("e", "big", 4, None)):
+        body = wire(job_pod(admitted_body(), job, uid=uid, gpus=gpus, tolerations=tolerations))
+        fresh = mixed_cluster()
+        fresh.admit("team-b/train", GH)
+        fresh.admit("team-b/big", GH)
+        got = answer(filter_verb(body, view, PodMemo()))
+        remembered = dict(verbs._NEEDS)
+        verbs._NEEDS.clear()  # the reference reads the spec afresh
+        try:
+            assert got == answer(filter_verb(body, fresh)), uid
+        finally:
+            verbs._NEEDS.clear()
+            verbs._NEEDS.update(remembered)
+        view.nodes.release(uid)
+    for uid, name in (("x", "bad-1"), ("y", "bad-2")):
+        bad = job_pod(admitted_body(), uid=uid)
+        bad["Pod"]["metadata"]["name"] = name
+        bad["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "lots"
+        error = answer(filter_verb(wire(bad), view, PodMemo()))["Error"]
+        assert f"Pod team-b/{name}: spec.containers[0].resources.requests.nvidia.com/gpu" in error, error
+
+
+def test_pods_alike_in_length_and_start_are_told_apart_by_their_whole_bytes():
+    """The memo finds an entry by the length and start of the pod's JSON and then compares all
+    of it: a pod differing only near its end is another pod, never the remembered one."""
+    memo = PodMemo()
+    view = mixed_cluster()
+    view.admit("team-b/train", GH)
+    view.nodes.bind("other", "gh200-node-1", 2)  # 2 GPUs free there: room for one pod, not the other
+    one = job_pod(admitted_body(), gpus=1)
+    four = job_pod(admitted_body(), gpus=4)
+    # same length, same first 512 bytes: only the GPU count near the end differs
+    one_bytes, four_bytes = wire(one), wire(four)
+    assert len(one_bytes) == len(four_bytes) and one_bytes[:600] == four_bytes[:600] and one_bytes != four_bytes
+    answers = []
+    for body in (one_bytes, four_bytes, one_bytes):
+        fresh = mixed_cluster()
+        fresh.admit("team-b/train", GH)
+        fresh.nodes.bind("other", "gh200-node-1", 2)
+        answers.append(answer(filter_verb(body, view, memo)))
+        assert answers[-1] == answer(filter_verb(body, fresh))
+        view.nodes.release(one["Pod"]["metadata"]["uid"])
+    assert answers[0]["NodeNames"] != answers[1]["NodeNames"] == ["gh200-node-2"]
+    assert len(memo) == 1  # they share a slot, each replacing the other

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import ipaddress
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
-from extender.scheduler import InMemoryClusterView, start, tls_context
+from extender.scheduler import InMemoryClusterView, start
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -448,16 +449,27 @@ async def test_https_only_unless_plain_http_is_asked_for(pki):
     with pytest.raises(ValueError, match="serves HTTPS"):
         await start(mixed_cluster(), host="127.0.0.1", port=0)
     cert_dir, ca = pki
-    assert tls_context(cert_dir).minimum_version == ssl.TLSVersion.TLSv1_2
     runner = await start(mixed_cluster(), host="127.0.0.1", port=0, cert_dir=cert_dir)
     port = runner.addresses[0][1]
     try:
         old = ssl.create_default_context(cafile=str(ca))
         old.maximum_version = ssl.TLSVersion.TLSv1_1
         old.minimum_version = ssl.TLSVersion.TLSv1
+        # TLS 1.2 offering only CBC suites (no AEAD): refused, as by the webhook (certs/reload.py)
+        cbc = ssl.create_default_context(cafile=str(ca))
+        cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+        cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-RSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA:AES128-SHA")
         async with aiohttp.ClientSession() as s:
             with pytest.raises(aiohttp.ClientError):
                 await s.post(f"https://127.0.0.1:{port}/filter", data=b"{}", ssl=old)
+            with pytest.raises(aiohttp.ClientError):
+                await s.post(f"https://127.0.0.1:{port}/filter", data=b"{}", ssl=cbc)
+            tls12 = ssl.create_default_context(cafile=str(ca))
+            tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls12, server_hostname="127.0.0.1")
+            cipher, version, _bits = writer.get_extra_info("cipher")
+            writer.close()
+            assert version == "TLSv1.2" and cipher.startswith("ECDHE") and ("GCM" in cipher or "CHACHA20" in cipher)
             with pytest.raises(aiohttp.ClientError):
                 await s.post(f"http://127.0.0.1:{port}/filter", data=b"{}")
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import itemgetter, not_
+from operator import not_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
@@ -66,12 +66,13 @@ def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> F
     out = FilterResult(list(compress(got, ok)))
     if len(out.passed) == len(names):
         return out
-    bad = list(map(not_, ok))
-    verdicts = list(compress(got, bad))  # (reason, unresolvable), shared tuples
-    rows = list(zip(compress(names, bad), map(itemgetter(0), verdicts)))
-    unresolvable = list(map(itemgetter(1), verdicts))
-    failed = out.failed = dict(compress(rows, map(not_, unresolvable)))
-    unresolvable = out.unresolvable = dict(compress(rows, unresolvable))
+    # Few candidates fail (other flavors, full nodes): one step each, none for the rest.
+    failed, unresolvable = out.failed, out.unresolvable
+    for name, (reason, hard) in compress(zip(names, got), map(not_, ok)):
+        if hard:
+            unresolvable[name] = reason
+        else:
+            failed[name] = reason
     own = cache.own_reservation(pod.uid)
     if own is not None and own[0] in prof.members and (own[0] in failed or own[0] in unresolvable):
         node = own[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import ssl
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -15,6 +14,7 @@ from typing import Callable
 import orjson
 from aiohttp import web
 
+from certs.reload import ReloadingTLS
 from extender.scheduler.memo import PodMemo
 from extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
 from extender.scheduler.view import ClusterView
@@ -28,6 +28,7 @@ log = logging.getLogger("gpuqueue.extender")
 # that with room, and --max-request-bytes raises it for larger full-Node requests.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 VIEW_KEY = web.AppKey("view", object)
+CERT_CHECK_SECONDS = 30.0  # how often renewed serving certificate files are looked for
 
 
 NO_CLIENT_CERT = ("gpuqueue extender: this endpoint needs a client certificate signed by the CA given with "
@@ -72,40 +73,6 @@ def build_app(view: ClusterView, max_request_bytes: int | None = None,
     return app
 
 
-def tls_context(cert_dir: str | os.PathLike, client_ca: str | os.PathLike | None = None) -> ssl.SSLContext:
-    """Server context from ``tls.crt``/``tls.key`` in ``cert_dir``; TLS 1.2 or newer. With
-    ``client_ca``, a client certificate that is presented must be signed by that CA (one that is
-    not presented is refused by the verbs, not the handshake: the kubelet probes /healthz)."""
-    d = Path(cert_dir)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(d / "tls.crt", d / "tls.key")
-    if client_ca is not None:
-        ctx.load_verify_locations(cafile=str(client_ca))
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
-
-
-async def reload_certs(ctx: ssl.SSLContext, cert_dir: str | os.PathLike, every: float = 30.0) -> None:
-    """Load renewed files into the live context: new connections get the new certificate."""
-    d = Path(cert_dir)
-
-    def stamp():
-        return tuple(os.stat(d / f).st_mtime_ns for f in ("tls.crt", "tls.key"))
-
-    seen = stamp()
-    while True:
-        await asyncio.sleep(every)
-        try:
-            now = stamp()
-            if now != seen:
-                ctx.load_cert_chain(d / "tls.crt", d / "tls.key")
-                seen = now
-                log.info("reloaded serving certificate from %s", d)
-        except (OSError, ssl.SSLError) as exc:  # half-written files: try again next round
-            log.warning("could not reload certificate from %s: %s", d, exc)
-
-
 async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
                 cert_dir: str | os.PathLike | None = None, insecure_http: bool = False,
                 max_request_bytes: int | None = None,
@@ -117,16 +84,17 @@ async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
         raise ValueError("the extender serves HTTPS: give a cert dir (tls.crt, tls.key) or ask for plain HTTP")
     if client_ca is not None and cert_dir is None:
         raise ValueError("client certificates need HTTPS: give a cert dir")
-    ctx = tls_context(cert_dir, client_ca) if cert_dir is not None else None
+    # The webhook's TLS: same versions and cipher policy, renewed files picked up without a restart.
+    tls = ReloadingTLS(Path(cert_dir), client_ca=client_ca) if cert_dir is not None else None
     app = build_app(view, max_request_bytes, client_cert=client_ca is not None)
-    if ctx is not None:
+    if tls is not None:
         async def _reloader(app: web.Application):
-            task = asyncio.create_task(reload_certs(ctx, cert_dir))
+            task = asyncio.create_task(tls.watch(CERT_CHECK_SECONDS))
             yield
             task.cancel()
 
         app.cleanup_ctx.append(_reloader)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    await web.TCPSite(runner, host, port, ssl_context=tls.context if tls is not None else None).start()
     return runner

@@ -22,14 +22,32 @@ from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptio
 log = logging.getLogger("gpuqueue.extender")
 
 
+# The pods of a Job share their spec (the Job's template), so what a spec needs is read once
+# per distinct spec, keyed by its JSON: (GPUs, tolerations) depend on nothing else.
+_NEEDS: dict[bytes, tuple[int, tuple]] = {}
+_NEEDS_SIZE = 256
+
+
 def pod_needs(pod: Pod) -> tuple[int, tuple]:
     """(GPUs, tolerations) the pod asks for; BadRequest names a field the spec gets wrong."""
+    try:
+        key = orjson.dumps(pod.spec)
+    except TypeError:  # not from JSON: read it without the cache
+        key = None
+    needs = _NEEDS.get(key) if key is not None else None
+    if needs is not None:
+        return needs
     try:
         spec = pod_spec(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
     gpus, _ = pod_gpus(spec)
-    return gpus, tuple(t.to_spec() for t in spec.tolerations)
+    needs = gpus, tuple(t.to_spec() for t in spec.tolerations)
+    if key is not None:
+        if len(_NEEDS) >= _NEEDS_SIZE:
+            del _NEEDS[next(iter(_NEEDS))]  # the oldest
+        _NEEDS[key] = needs
+    return needs
 
 
 def pod_request(pod: Pod | DecodedPod, verdict: Admitted) -> PodRequest:
