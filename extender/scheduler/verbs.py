@@ -115,18 +115,21 @@ def _name(pod: Pod) -> str:
     return f"{pod.metadata.namespace or ''}/{pod.metadata.name or ''}"
 
 
+def _read_request(body: bytes, memo: PodMemo | None):
+    """(pod, candidate names, full Nodes by name or None, their raw JSON or None, pod metadata,
+    whether the fast path read it) of a /filter or /prioritize body."""
+    fast = _names_request(body, memo)
+    if fast is not None:
+        pod, names = fast
+        return pod, names, None, None, pod.pod.metadata, True
+    args: ExtenderArgs = decode(body, ExtenderArgs)
+    names, infos, raws = _candidates(args)
+    return args.Pod, names, infos, raws, args.Pod.metadata, False
+
+
 def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> dict | bytes:
-    raws = None
     try:
-        fast = _names_request(body, memo)
-        if fast is not None:
-            pod, names = fast
-            infos = None
-            meta = pod.pod.metadata
-        else:
-            args: ExtenderArgs = decode(body, ExtenderArgs)
-            names, infos, raws = _candidates(args)
-            pod, meta = args.Pod, args.Pod.metadata
+        pod, names, infos, raws, meta, fast = _read_request(body, memo)
         verdict = view.workload_for(meta)
         if isinstance(verdict, Unmanaged):
             passed, failed, unresolvable = list(names), {}, {}
@@ -143,7 +146,7 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
         return filter_error(str(exc))
     if raws is not None:
         return filter_result(node_items=[raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
-    if fast is not None:
+    if fast:
         answered = orjson.dumps(passed)
         pod.answered, pod.answered_names = answered, passed
         return encode_filter_result(answered, failed, unresolvable)
@@ -152,14 +155,7 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
 
 def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> bytes | list[dict] | dict:
     try:
-        fast = _names_request(body, memo)
-        if fast is not None:
-            pod, names = fast
-            meta = pod.pod.metadata
-        else:
-            args: ExtenderArgs = decode(body, ExtenderArgs)
-            names, _, _ = _candidates(args)
-            pod, meta = args.Pod, args.Pod.metadata
+        pod, names, _, _, meta, _ = _read_request(body, memo)
         verdict = view.workload_for(meta)
         if not isinstance(verdict, Admitted):
             return encode_host_priorities(names, [0] * len(names))  # neutral: kube-scheduler decides
