@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
+from extender.controller.controller import Controller
 from tests.controller_support import Harness, eventually, job_key, scenario
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 
 
-async def _flame_running(h: Harness) -> list[tuple[str, str]]:
+async def _flame_running(h: Harness) -> tuple[Controller, list[tuple[str, str]]]:
     objects, jobs, _ = scenario("flame.yaml")
     for obj in objects:
         await h.apply(obj)
