@@ -403,7 +403,7 @@ class Controller:
 
     def priority_of(self, job: dict) -> int:
         try:
-            return self.priorities.priority_of(core.Job.model_validate(job))
+            return self.priorities.priority_of(self._job_model(job))
         except ValidationError:
             return 0
 
