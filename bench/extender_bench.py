@@ -6,7 +6,9 @@ cordoned or tainted), pods of admitted Jobs whose filter request names 500 candi
 then POST /prioritize with exactly the nodes /filter answered, as kube-scheduler does (same pod
 bytes, the answered NodeNames in order).
 
-The server runs in its own process; the baseline is a bare aiohttp handler in that same server
+The server runs in its own process, pinned to one CPU and the client to another (on 2 cores a
+server the OS moves between CPUs pays for cold caches on every move; ``--no-pin`` measures
+that too); the baseline is a bare aiohttp handler in that same server
 answering the same requests with a constant, so the ratio is what our logic costs on top of HTTP
 (prioritize bodies for the baseline are made once from an extender answer). Rounds alternate
 bare and extender, at one connection and at a few; figures are medians over the rounds. Every
@@ -16,7 +18,7 @@ helps only within one attempt (its /filter then /prioritize), as with kube-sched
 What the target (>= 1,000 pods/s on one core, p99 <= 5 ms) needs: "pods per server CPU-second"
 (one core's throughput, whatever else the machine runs) and the p99 at one connection.
 
-    python bench/extender_bench.py [--pods 1000] [--rounds 3] [--concurrency 1,4]
+    python bench/extender_bench.py [--pods 1000] [--rounds 3] [--concurrency 1,4] [--no-pin]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from certs.reload import ReloadingTLS  # noqa: E402
 from extender.scheduler import InMemoryClusterView, build_app  # noqa: E402
 from extender.scheduler.memo import PodMemo  # noqa: E402
 from extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
+from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests/fixtures/k8s-1.24/extender/filter.request.nodeCacheCapable-true.3-nodes.json"
@@ -161,7 +164,9 @@ def make_certs(d: Path) -> Path:
     return d / "tls.crt"
 
 
-def serve(cert_dir: str, port_q: mp.Queue) -> None:
+def serve(cert_dir: str, port_q: mp.Queue, pinned: bool) -> None:
+    if pinned:
+        pin(SERVER_CPU)
     view = build_view()
     app = build_app(view)
     bare_answer = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
@@ -258,7 +263,11 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=1000, help="pods per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", default="1,4", help="connections, comma separated")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="let the OS move the server and the client between CPUs (default: one CPU each)")
     args = ap.parse_args()
+    if not args.no_pin:
+        pin(LOAD_CPU)
     levels = [int(c) for c in args.concurrency.split(",")]
 
     bodies = request_bodies()
@@ -278,7 +287,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         ca = make_certs(Path(d))
         q: mp.Queue = mp.get_context("spawn").Queue()
-        proc = mp.get_context("spawn").Process(target=serve, args=(d, q), daemon=True)
+        proc = mp.get_context("spawn").Process(target=serve, args=(d, q, not args.no_pin), daemon=True)
         proc.start()
         try:
             port = q.get(timeout=120)
@@ -300,7 +309,8 @@ def main() -> None:
     def med(label: str, conc: int, key: str) -> float:
         return statistics.median(r[key] for r in rounds[(label, conc)])
 
-    print(f"\nover HTTPS keep-alive, server in one process (medians of {args.rounds} rounds):")
+    where = "the OS's choice of CPUs" if args.no_pin else f"server pinned to CPU {SERVER_CPU}, client to CPU {LOAD_CPU}"
+    print(f"\nover HTTPS keep-alive, server in one process, {where} (medians of {args.rounds} rounds):")
     print(f"{'':26s}{'pod p50':>10s}{'pod p99':>10s}{'wall pods/s':>13s}{'server CPU/pod':>16s}{'pods/CPU-s':>12s}")
     for (label, conc) in rounds:
         print(f"{label + f', {conc} connection' + ('s' if conc > 1 else ''):26s}"

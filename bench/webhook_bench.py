@@ -43,21 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
+
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
 PATH = "/mutate-batch-v1-job"
-SERVER_CPU, LOAD_CPU = 0, 1
-
-
-def _pin(cpu: int) -> None:
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[cpu % len(cpus)]})
-    except (AttributeError, OSError):
-        pass
 
 
 def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
-    _pin(SERVER_CPU)
+    pin(SERVER_CPU)
     from certs.reload import ReloadingTLS
     from webhook.kueue_validation import NoCohorts
     from webhook.mutation import StaticQueueView
@@ -125,7 +118,7 @@ def _wrk(url: str, body_file: Path, seconds: int, conns: int, pause_ms: float, t
     script = tmp / f"post-{pause_ms:g}.lua"
     script.write_text(WRK_SCRIPT.format(body=body_file, pause_ms=pause_ms))
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(script), url],
-                         capture_output=True, text=True, check=True, preexec_fn=lambda: _pin(LOAD_CPU)).stdout
+                         capture_output=True, text=True, check=True, preexec_fn=lambda: pin(LOAD_CPU)).stdout
     m = re.search(r"^WRK (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
     if m is None:
         raise RuntimeError(f"unexpected wrk output:\n{out}")
@@ -222,7 +215,7 @@ def main() -> None:
         (tmp / "body.json").write_bytes(body)
         ctx = ssl.create_default_context(cafile=str(tmp / "ca.crt"))
         if not use_wrk:
-            _pin(LOAD_CPU)
+            pin(LOAD_CPU)
         for kind in ("bare", "webhook") * args.rounds:
             q: mp.Queue = mp.Queue()
             proc = mp.Process(target=_serve, args=(kind, str(tmp), q, answer), daemon=True)
