@@ -188,7 +188,7 @@ def test_profiles_agree_with_judging_each_node(seed):
         info = random_node(rnd, name)
         cache.upsert_node(info)
         m.nodes[name] = info
-    checked = 0
+    checked = reused = 0
     for step in range(300):
         for _ in range(rnd.randrange(4)):
             mutate(rnd, cache, m, node_names, clock)
@@ -204,13 +204,20 @@ def test_profiles_agree_with_judging_each_node(seed):
         got = filter_nodes(pod, names, cache, full)
         want = ref_filter(pod, names, m, full)
         assert (got.passed, got.failed, got.unresolvable) == want, (seed, step)
+        if got.codes is not None and rnd.random() < 0.7:
+            # /prioritize after /filter: the scores the filter read, with whatever changed since
+            for _ in range(rnd.choice([0, 0, 1, 3])):
+                mutate(rnd, cache, m, node_names, clock)
+            later = [max(0, min(10, int(v + 0.5))) for v in ref_values(pod, got.passed, m)]
+            assert extender_scores(pod, got.passed, cache, (got.codes, got.epoch)) == later, (seed, step)
+            reused += 1
         values = ref_values(pod, names, m)
         assert rank_values(pod, names, cache) == values, (seed, step)
         want_scores = [max(0, min(10, int(v + 0.5))) for v in values]
         assert extender_scores(pod, names, cache) == want_scores, (seed, step)
         assert score_nodes(pod, names, cache) == list(zip(names, want_scores))
         checked += len(names)
-    assert checked > 3000
+    assert checked > 3000 and reused > 100
 
 
 def test_a_profile_registered_early_follows_every_later_change():
@@ -242,3 +249,21 @@ def test_a_profile_registered_early_follows_every_later_change():
     assert filter_nodes(PodRequest("p", 3, flavor=gh), names, cache).passed == ["n1"]
     assert filter_nodes(PodRequest("q", 3, flavor=gh), names, cache).failed == {
         "n0": "node is not in gpuqueue's node cache yet", "n1": "node has 1 GPU free, pod needs 3"}
+
+
+def test_scores_read_by_a_filter_are_read_again_once_the_journal_has_moved_past_them():
+    """A /prioritize long after its /filter (more node changes than the journal keeps): every
+    score is read again, none is taken from the filter."""
+    clock = Clock()
+    cache = NodeCache(reservation_ttl=TTL, clock=clock)
+    gh = FlavorSelector.of("gh200", FLAVORS["gh200"])
+    for i in range(3):
+        cache.upsert_node(NodeInfo(f"n{i}", FLAVORS["gh200"], allocatable={"nvidia.com/gpu": 4}))
+    pod = PodRequest("p", 1, flavor=gh)
+    got = filter_nodes(pod, ["n0", "n1", "n2"], cache)
+    assert extender_scores(pod, got.passed, cache, (got.codes, got.epoch)) == [2, 2, 2]  # 7 x 1/4
+    cache.bind("x", "n1", 2)
+    for k in range(5000):  # churn on another node
+        cache.reserve(f"r{k}", "n2", 0)
+    assert cache.touched_since(got.epoch) is None
+    assert extender_scores(pod, got.passed, cache, (got.codes, got.epoch)) == [2, 5, 2]  # 7 x 3/4

@@ -10,13 +10,14 @@ Filter and score must not cost a Python step per candidate node (kube-scheduler 
 per pod). So the cache keeps, per *profile*, the answer for every node, and updates it only for
 the node that changed (a node event, a pod bound, reserved, released or expired):
 
-- ``FitProfile`` (flavor nodeLabels, GPUs needed, tolerations): the member nodes that take such
-  a pod, and the reason for each member that does not;
-- ``ScoreProfile`` (GPUs needed): each node's packing score, alone and with either bonus.
+- ``ScoreProfile`` (GPUs needed): each node's packing score, alone and with either bonus;
+- ``FitProfile`` (flavor nodeLabels, GPUs needed, tolerations): the nodes that take such a pod,
+  each with its score from the ScoreProfile of that need, and the reason for each other node.
 
-A request then filters and scores its candidates with set and dict operations that run in C.
-Profiles are registered on first use, at the cost of one pass over the nodes, and bounded in
-number.
+A request then filters and scores its candidates with set and dict operations that run in C,
+and a /prioritize that follows its /filter reuses the scores the filter read, re-reading only
+the nodes the cache's journal says changed since. Profiles are registered on first use, at the
+cost of one pass over the nodes, and bounded in number.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DEFAULT_RESERVATION_TTL = 10.0
 _MAX_SELECTORS = 256
 _MAX_FIT_PROFILES = 256
 _MAX_SCORE_PROFILES = 64
+_MAX_JOURNAL = 4096  # node changes remembered for readers of an earlier epoch
 
 
 @dataclass(slots=True)
@@ -102,61 +104,84 @@ _VERDICTS: dict[tuple[str, bool], tuple[str, bool]] = {}  # reasons are few: GPU
 
 
 class FitProfile:
-    """Pods of one flavor needing ``need`` GPUs with these tolerations: for every node the
-    cache knows, one entry in ``verdicts``: the node's name when it takes such a pod (the
-    cache's own name object, so later lookups with it compare by identity), else (reason,
-    unresolvable); unresolvable is a cordon, a taint or another flavor, not a GPU shortage.
-    One lookup per candidate says everything."""
+    """Pods of one flavor needing ``need`` GPUs with these tolerations. For every node the
+    cache knows, ``fits`` says whether it takes such a pod: the node's code in ``score`` (the
+    ScoreProfile of the same need, so the filter reads the scores a following /prioritize
+    needs in the same lookup), or None and then ``refusals`` says why: (reason, unresolvable);
+    unresolvable is a cordon, a taint or another flavor, not a GPU shortage."""
 
-    __slots__ = ("members", "need", "tolerations", "cordon_ok", "mismatch", "verdicts")
+    __slots__ = ("members", "need", "tolerations", "cordon_ok", "mismatch", "score", "fits", "refusals")
 
     def __init__(self, members: set[str], need: int, tolerations: frozenset[Toleration],
-                 mismatch_reason: str) -> None:
+                 mismatch_reason: str, score: "ScoreProfile") -> None:
         self.members = members  # the cache's live member set of the flavor
         self.need = need
         self.tolerations = tuple(tolerations)
         self.cordon_ok = tolerates_cordon(self.tolerations)
         self.mismatch = (mismatch_reason, True)
-        self.verdicts: dict[str, str | tuple[str, bool]] = {}
+        self.score = score  # kept current before this profile by the cache's _touch
+        self.fits: dict[str, ScoreCode | None] = {}
+        self.refusals: dict[str, tuple[str, bool]] = {}
 
     def update(self, name: str, st: "NodeState | None") -> None:
         if st is None or st.info is None:
-            self.verdicts.pop(name, None)
-        elif name not in self.members:
-            self.verdicts[st.name] = self.mismatch
+            self.fits.pop(name, None)
+            self.refusals.pop(name, None)
+            return
+        if name not in self.members:
+            verdict = self.mismatch
         else:
             verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
-            # one shared tuple per distinct verdict: filtering reads few, hot objects
-            if verdict is not None:
-                if len(_VERDICTS) > 8192:  # only sharing is lost
-                    _VERDICTS.clear()
-                verdict = _VERDICTS.setdefault(verdict, verdict)
-            self.verdicts[st.name] = st.name if verdict is None else verdict
+        # Entries are overwritten, never deleted while the node is known: a node moving between
+        # fitting and not on every reservation would otherwise fill the tables with dead slots
+        # that lookups probe. So a refused node is None in ``fits``, and ``refusals`` is read
+        # only for those (an entry left there from before the node fitted again is never read).
+        if verdict is None:
+            self.fits[name] = self.score.codes[name]
+            return
+        self.fits[name] = None
+        # one shared tuple per distinct verdict: filtering reads few, hot objects
+        if len(_VERDICTS) > 8192:  # only sharing is lost
+            _VERDICTS.clear()
+        self.refusals[name] = _VERDICTS.setdefault(verdict, verdict)
+
+
+class ScoreCode:
+    """One node's scores for pods of one need: alone, beside a pod of the same Job, in a
+    topology domain the Job is in; and the node's domain. Nodes in the same situation share one
+    code, compared by identity, so a request turns its candidates' codes into scores with
+    lookups that hash addresses only."""
+
+    __slots__ = ("alone", "beside_job", "in_job_domain", "domain")
+
+    def __init__(self, alone: int, beside_job: int, in_job_domain: int, domain: str | None) -> None:
+        self.alone, self.beside_job, self.in_job_domain, self.domain = alone, beside_job, in_job_domain, domain
 
 
 class ScoreProfile:
-    """Pods needing ``need`` GPUs: for every node, (score with no bonus, with the same-Job node
-    bonus, with the same-domain bonus, topology domain), each score rounded from the exact
-    value. Nodes in the same situation share one tuple, so reading them costs one lookup of
-    the node name and nothing else that is cold."""
+    """Pods needing ``need`` GPUs: every node's ScoreCode, each score rounded from the exact
+    value. Reading a node's code costs one lookup of its name and nothing else that is cold."""
 
     __slots__ = ("need", "codes", "_shared")
 
     def __init__(self, need: int) -> None:
         self.need = need
-        self.codes: dict[str, tuple[int, int, int, str | None]] = {}
-        self._shared: dict[tuple, tuple] = {}
+        self.codes: dict[str, ScoreCode] = {}
+        self._shared: dict[tuple, ScoreCode] = {}
 
     def update(self, name: str, st: "NodeState | None") -> None:
         if st is None:
             self.codes.pop(name, None)
             return
         value = packing_value(st.gpus_alloc, st.gpus_used + st.gpus_reserved + self.need)
-        code = (extender_score(value), extender_score(value + SAME_NODE_BONUS),
-                extender_score(value + SAME_DOMAIN_BONUS), st.domain)
-        if len(self._shared) > 4096:
-            self._shared.clear()
-        self.codes[name] = self._shared.setdefault(code, code)
+        key = (extender_score(value), extender_score(value + SAME_NODE_BONUS),
+               extender_score(value + SAME_DOMAIN_BONUS), st.domain)
+        code = self._shared.get(key)
+        if code is None:
+            if len(self._shared) > 4096:  # only sharing is lost
+                self._shared.clear()
+            code = self._shared[key] = ScoreCode(*key)
+        self.codes[name] = code
 
 
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
@@ -183,6 +208,9 @@ class NodeCache:
         self.domain_of: dict[str, str] = {}  # node -> its topology value, for nodes that have one
         self._fit_profiles: dict[tuple, FitProfile] = {}
         self._score_profiles: dict[int, ScoreProfile] = {}
+        # Names of the nodes touched, in order: epoch ``_journal_base + i`` is entry i.
+        self._journal: list[str] = []
+        self._journal_base = 0
 
     # -- nodes ---------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> None:
@@ -252,9 +280,10 @@ class NodeCache:
         prof = self._fit_profiles.get(key)
         if prof is None:
             members = self._members(key[0])
+            score = self.score_profile(need)
             if len(self._fit_profiles) >= _MAX_FIT_PROFILES:
                 self._fit_profiles.clear()
-            prof = FitProfile(members, need, tolerations, flavor.mismatch_reason if flavor is not None else "")
+            prof = FitProfile(members, need, tolerations, flavor.mismatch_reason if flavor is not None else "", score)
             for name, st in self.states.items():
                 prof.update(name, st)
             self._fit_profiles[key] = prof
@@ -266,10 +295,24 @@ class NodeCache:
         if prof is None:
             if len(self._score_profiles) >= _MAX_SCORE_PROFILES:
                 self._score_profiles.clear()
+                self._fit_profiles.clear()  # they read the score profiles just dropped
             prof = self._score_profiles[need] = ScoreProfile(need)
             for name, st in self.states.items():
                 prof.update(name, st)
         return prof
+
+    @property
+    def epoch(self) -> int:
+        """Advances with every change to any node's usage or facts (``touched_since``)."""
+        return self._journal_base + len(self._journal)
+
+    def touched_since(self, epoch: int) -> set[str] | None:
+        """Names of the nodes changed since ``epoch``, or None when the journal no longer
+        reaches that far back (the caller reads everything again)."""
+        start = epoch - self._journal_base
+        if start < 0:
+            return None
+        return set(self._journal[start:])
 
     # -- pods ----------------------------------------------------------------------
     def bind(self, uid: str, node: str, gpus: int, requests: Mapping[str, int] | None = None,
@@ -356,12 +399,17 @@ class NodeCache:
         self._touch(rec.node)
 
     def _touch(self, name: str) -> None:
-        """Bring every profile's answer for this node up to date."""
+        """Bring every profile's answer for this node up to date, and note the change."""
         st = self.states.get(name)
+        for sprof in self._score_profiles.values():  # first: fit profiles read their codes
+            sprof.update(name, st)
         for prof in self._fit_profiles.values():
             prof.update(name, st)
-        for sprof in self._score_profiles.values():
-            sprof.update(name, st)
+        journal = self._journal
+        if len(journal) >= _MAX_JOURNAL:
+            self._journal_base += len(journal)
+            journal.clear()
+        journal.append(name)
 
     def _bump_domain(self, job: str, domain: str, delta: int) -> None:
         doms = self._job_domains.setdefault(job, {})

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import not_
+from operator import is_
 from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
 
-from extender.placement.cache import NodeCache, NodeState
+from extender.placement.cache import NodeCache, NodeState, ScoreCode
 from extender.placement.model import NodeInfo, PodRequest
 from extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
                                       tolerates_cordon)
@@ -29,6 +29,10 @@ class FilterResult:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # FailedNodes: preemption may help
     unresolvable: dict[str, str] = field(default_factory=dict)  # FailedAndUnresolvableNodes
+    # The cache's score code of each passed node as of ``epoch`` (cache.epoch), for a
+    # following extender_scores of the same pod and names; None when not read from the cache.
+    codes: list[ScoreCode] | None = None
+    epoch: int = 0
 
     def reasons(self) -> dict[str, str]:
         return {**self.failed, **self.unresolvable}
@@ -56,19 +60,18 @@ def filter_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache,
 
 
 def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> FilterResult:
-    """The cache's FitProfile verdict for every candidate, one lookup each; only the node
-    holding the pod's own reservation is judged on its own (its GPUs do not count against it).
-    Passed names are the cache's own name objects (equal to the candidates), so that later
-    lookups with them are identity hits."""
+    """The cache's FitProfile verdict for every candidate, one lookup each (which also reads
+    each passing node's score code); only the node holding the pod's own reservation is judged
+    on its own (its GPUs do not count against it)."""
     prof = cache.fit_profile(pod.flavor, pod.gpus, pod.all_tolerations)
-    got = list(map(prof.verdicts.get, names, repeat(_UNKNOWN)))
-    ok = list(map(str.__instancecheck__, got))  # a verdict that is a name: the node fits
-    out = FilterResult(list(compress(got, ok)))
+    got = list(map(prof.fits.get, names))
+    out = FilterResult(list(compress(names, got)), codes=list(filter(None, got)), epoch=cache.epoch)
     if len(out.passed) == len(names):
         return out
     # Few candidates fail (other flavors, full nodes): one step each, none for the rest.
-    failed, unresolvable = out.failed, out.unresolvable
-    for name, (reason, hard) in compress(zip(names, got), map(not_, ok)):
+    failed, unresolvable, refusal = out.failed, out.unresolvable, prof.refusals.get
+    for name in compress(names, map(is_, got, repeat(None))):
+        reason, hard = refusal(name, _UNKNOWN)
         if hard:
             unresolvable[name] = reason
         else:
@@ -80,8 +83,10 @@ def _filter_by_profile(pod: PodRequest, names: list[str], cache: NodeCache) -> F
         unresolvable.pop(node, None)
         verdict = judge(cache.states[node], prof.need, prof.tolerations, prof.cordon_ok, own[1])
         if verdict is None:
-            out.passed = [n if v.__class__ is not str else v for n, v in zip(names, got)
-                          if v.__class__ is str or n == node]
+            keep = [code is not None or name == node for name, code in zip(names, got)]
+            own_code = prof.score.codes[node]
+            out.passed = list(compress(names, keep))
+            out.codes = [own_code if code is None else code for code in compress(got, keep)]
         elif verdict[1]:
             unresolvable[node] = verdict[0]
         else:
@@ -128,11 +133,12 @@ def _check_other_resources(pod: PodRequest, others, out: FilterResult, cache: No
         st = cache.states.get(name) or NodeState(name)
         info = nodes[name] if nodes is not None else st.info
         short = _other_shortage(others, info.allocatable, st, own if own is not None and own[0] == name else None)
-        if short is None:
-            keep.append(name)
-        else:
+        keep.append(short is None)
+        if short is not None:
             out.failed[name] = short
-    out.passed = keep
+    out.passed = list(compress(out.passed, keep))
+    if out.codes is not None:
+        out.codes = list(compress(out.codes, keep))
 
 
 def _other_shortage(others, alloc: Mapping[str, int], st: NodeState, own) -> str | None:

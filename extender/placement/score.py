@@ -12,11 +12,11 @@ per-need ScoreProfile instead of computing it node by node.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import getitem, itemgetter, mul
+from itertools import compress, repeat
+from operator import attrgetter
 from typing import Iterable, Mapping
 
-from extender.placement.cache import NodeCache, NodeState
+from extender.placement.cache import NodeCache, NodeState, ScoreCode, ScoreProfile
 from extender.placement.model import PodRequest
 from extender.placement.rules import (MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_DOMAIN_BONUS,  # noqa: F401
                                       SAME_NODE_BONUS, extender_score, packing_value)
@@ -70,31 +70,53 @@ def rank_values(pod: PodRequest, names: list[str], cache: NodeCache) -> list[flo
     return [_value(pod, name, states.get(name, _EMPTY), own_node, own_gpus, domains) for name in names]
 
 
-_NOT_CACHED = (0, 0, 0, None)  # a node the cache lacks: no GPUs, no pods, no domain
+_NOT_CACHED = ScoreCode(0, 0, 0, None)  # a node the cache lacks: no GPUs, no pods, no domain
+_ALONE = attrgetter("alone")
 
 
-def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache) -> list[int]:
+def _current_codes(prof: ScoreProfile, names: list[str], cache: NodeCache,
+                   known: tuple[list[ScoreCode], int] | None) -> list[ScoreCode]:
+    """The ScoreProfile code of each name: ``known`` (codes of these names as of an epoch,
+    from the filter) brought up to date for the nodes changed since, else one lookup each."""
+    if known is not None:
+        codes, epoch = known
+        changed = cache.touched_since(epoch)
+        if changed is not None and len(codes) == len(names):
+            if changed:
+                stale = list(map(changed.__contains__, names))
+                if any(stale):
+                    codes = list(codes)
+                    get = prof.codes.get
+                    for i in compress(range(len(names)), stale):
+                        codes[i] = get(names[i], _NOT_CACHED)
+            return codes
+    return list(map(prof.codes.get, names, repeat(_NOT_CACHED)))
+
+
+def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache,
+                    known: tuple[list[ScoreCode], int] | None = None) -> list[int]:
     """``extender_score`` of each candidate's rank value, in order, read from the cache's
-    ScoreProfile with one lookup per candidate; the same-node bonus touches only the Job's
-    nodes, and the node holding the pod's own reservation is scored on its own."""
+    ScoreProfile (or ``known``: the codes a filter of the same pod and names read, with their
+    ``cache.epoch``); the same-node bonus touches only the Job's nodes, and the node holding
+    the pod's own reservation is scored on its own."""
     cache.expire()
     prof = cache.score_profile(pod.gpus)
-    codes = list(map(prof.codes.get, names, repeat(_NOT_CACHED)))
+    codes = _current_codes(prof, names, cache, known)
     own_node, own_gpus, domains = _job_context(pod, cache)
     job = pod.job_key
     if job is not None and domains:
-        # code[2] where the node's domain (code[3]) is one of the Job's, else code[0]
-        in_domain = map(domains.__contains__, map(itemgetter(3), codes))
-        scores = list(map(getitem, codes, map(mul, in_domain, repeat(2))))
+        # Few distinct codes among many candidates: the score of each, then one lookup per candidate.
+        score_of = {c: c.in_job_domain if c.domain in domains else c.alone for c in set(codes)}
+        scores = list(map(score_of.__getitem__, codes))
     else:
-        scores = list(map(itemgetter(0), codes))
+        scores = list(map(_ALONE, codes))
     special: dict[str, int] = {}
     if job is not None:
         job_nodes = cache.job_nodes(job)
         if job_nodes:
-            # The Job's nodes among the candidates (a set operation in C: often none at all)
+            # The Job's nodes among the candidates: one lookup per candidate, however many nodes the Job has
             codes_of = prof.codes
-            special = {n: codes_of.get(n, _NOT_CACHED)[1] for n in job_nodes.keys() & names}
+            special = {n: codes_of.get(n, _NOT_CACHED).beside_job for n in filter(job_nodes.__contains__, names)}
     if own_node is not None and own_node in cache.states:
         special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
     if special:

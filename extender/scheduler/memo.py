@@ -5,8 +5,9 @@ attempt (tests/fixtures/k8s-1.24/extender: same uid, resourceVersion and everyth
 and /prioritize's NodeNames are exactly the names /filter answered. So /prioritize finds the
 pod already decoded and, most of the time, its candidate list already built from the cache's
 own name objects. An entry is reached only through identical pod bytes, so it can never
-stand for another pod or a changed one; it holds nothing that depends on the cluster (no
-verdict, no score, no node state): those are read fresh on every call.
+stand for another pod or a changed one; it holds nothing about the cluster that is used unchecked: verdicts are read fresh on every
+call, and the scores /filter read are used only for the nodes the cache's journal says did
+not change since.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ class DecodedPod:
     raw: bytes = b""  # the pod's exact JSON, set by PodMemo.put
     # (GPUs, tolerations) from the pod's spec, or the error message it gives; None until asked
     needs: tuple[int, tuple] | str | None = None
-    # the NodeNames /filter last answered for this pod: JSON bytes and the list itself
+    # the NodeNames /filter last answered for this pod: JSON bytes and the list itself, and the
+    # score codes the filter read for them with the cache's epoch (FilterResult.codes, .epoch)
     answered: bytes | None = None
     answered_names: list[str] | None = None
+    answered_codes: tuple[list, int] | None = None
 
 
 class PodMemo:

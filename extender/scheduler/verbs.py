@@ -131,6 +131,7 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
     try:
         pod, names, infos, raws, meta, fast = _read_request(body, memo)
         verdict = view.workload_for(meta)
+        result = None
         if isinstance(verdict, Unmanaged):
             passed, failed, unresolvable = list(names), {}, {}
         elif isinstance(verdict, NotAdmitted):
@@ -149,28 +150,31 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
     if fast:
         answered = orjson.dumps(passed)
         pod.answered, pod.answered_names = answered, passed
+        pod.answered_codes = (result.codes, result.epoch) if result is not None and result.codes is not None else None
         return encode_filter_result(answered, failed, unresolvable)
     return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
 
 
 def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> bytes | list[dict] | dict:
     try:
-        pod, names, _, _, meta, _ = _read_request(body, memo)
+        pod, names, _, _, meta, fast = _read_request(body, memo)
         verdict = view.workload_for(meta)
         if not isinstance(verdict, Admitted):
             return encode_host_priorities(names, [0] * len(names))  # neutral: kube-scheduler decides
         req = pod_request(pod, verdict)
+        answered = fast and names is pod.answered_names  # the names this pod's /filter answered
     except BadRequest as exc:
         # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
         # decode, which is what we want, and the body still says why.
         log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
-    scores = extender_scores(req, names, view.nodes)
+    scores = extender_scores(req, names, view.nodes, pod.answered_codes if answered else None)
     if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
         top = max(scores)
         view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,
                            req.job_key)
-    return encode_host_priorities(names, scores)
+    # orjson escapes with a backslash whatever JSON needs escaped: none in /filter's answer, none here
+    return encode_host_priorities(names, scores, plain=answered and pod.answered.isascii() and b"\\" not in pod.answered)
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:

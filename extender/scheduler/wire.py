@@ -167,16 +167,18 @@ _JSON_PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # printabl
 _SCORE_TAILS = ['","Score":%d},{"Host":"' % s for s in range(11)]
 
 
-def encode_host_priorities(hosts: list[str], scores: list[int]) -> bytes:
+def encode_host_priorities(hosts: list[str], scores: list[int], plain: bool = False) -> bytes:
     """HostPriorityList bytes, one entry per host in order; scores are 0..10. The largest answer
     the extender gives, once per pod: built by one join of the names with per-score separators
     instead of a dict per host (node names are DNS subdomains: nothing to escape; any name that
-    would need escaping sends the whole answer through orjson)."""
+    would need escaping sends the whole answer through orjson). ``plain``: the caller knows no
+    host needs escaping (they were JSON-encoded before without a backslash), so no check."""
     if not hosts:
         return b"[]"
-    joined = "".join(hosts)
-    if not joined.isascii() or joined.encode().translate(None, _JSON_PLAIN):
-        return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
+    if not plain:
+        joined = "".join(hosts)
+        if not joined.isascii() or joined.encode().translate(None, _JSON_PLAIN):
+            return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
     parts: list = [None] * (2 * len(hosts))
     parts[::2] = hosts
     parts[1::2] = map(_SCORE_TAILS.__getitem__, scores)
