@@ -158,16 +158,41 @@ class ScoreCode:
         self.alone, self.beside_job, self.in_job_domain, self.domain = alone, beside_job, in_job_domain, domain
 
 
+class DomainScores(dict):
+    """ScoreCode -> its score for a pod whose Job is in ``domains`` (the same-domain bonus where
+    the code's domain is one of them), filled on first use of each code: a pure function of
+    immutable codes, so one table serves every request of a Job whose domains are the same."""
+
+    __slots__ = ("domains",)
+
+    def __init__(self, domains: frozenset[str]) -> None:
+        super().__init__()
+        self.domains = domains
+
+    def __missing__(self, code: ScoreCode) -> int:
+        score = self[code] = code.in_job_domain if code.domain in self.domains else code.alone
+        return score
+
+
 class ScoreProfile:
     """Pods needing ``need`` GPUs: every node's ScoreCode, each score rounded from the exact
     value. Reading a node's code costs one lookup of its name and nothing else that is cold."""
 
-    __slots__ = ("need", "codes", "_shared")
+    __slots__ = ("need", "codes", "_shared", "_domain_scores")
 
     def __init__(self, need: int) -> None:
         self.need = need
         self.codes: dict[str, ScoreCode] = {}
         self._shared: dict[tuple, ScoreCode] = {}
+        self._domain_scores: dict[frozenset[str], DomainScores] = {}
+
+    def domain_scores(self, domains: frozenset[str]) -> DomainScores:
+        table = self._domain_scores.get(domains)
+        if table is None or len(table) > 4096:  # bounded: codes replaced over time stay in it
+            if len(self._domain_scores) >= 64:
+                self._domain_scores.clear()
+            table = self._domain_scores[domains] = DomainScores(domains)
+        return table
 
     def update(self, name: str, st: "NodeState | None") -> None:
         if st is None:

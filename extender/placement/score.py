@@ -105,22 +105,18 @@ def extender_scores(pod: PodRequest, names: list[str], cache: NodeCache,
     own_node, own_gpus, domains = _job_context(pod, cache)
     job = pod.job_key
     if job is not None and domains:
-        # Few distinct codes among many candidates: the score of each, then one lookup per candidate.
-        score_of = {c: c.in_job_domain if c.domain in domains else c.alone for c in set(codes)}
-        scores = list(map(score_of.__getitem__, codes))
+        scores = list(map(prof.domain_scores(frozenset(domains)).__getitem__, codes))
     else:
         scores = list(map(_ALONE, codes))
-    special: dict[str, int] = {}
     if job is not None:
         job_nodes = cache.job_nodes(job)
         if job_nodes:
             # The Job's nodes among the candidates: one lookup per candidate, however many nodes the Job has
-            codes_of = prof.codes
-            special = {n: codes_of.get(n, _NOT_CACHED).beside_job for n in filter(job_nodes.__contains__, names)}
+            for i in compress(range(len(names)), map(job_nodes.__contains__, names)):
+                scores[i] = codes[i].beside_job
     if own_node is not None and own_node in cache.states:
-        special[own_node] = extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))
-    if special:
-        scores = list(map(special.get, names, scores))
+        own = {own_node: extender_score(_value(pod, own_node, cache.states[own_node], own_node, own_gpus, domains))}
+        scores = list(map(own.get, names, scores))
     return scores
 
 

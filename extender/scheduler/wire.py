@@ -165,6 +165,7 @@ def host_priorities(scores: list[tuple[str, int]]) -> list[dict]:
 
 _JSON_PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # printable ASCII but " and \\
 _SCORE_TAILS = ['","Score":%d},{"Host":"' % s for s in range(11)]
+_LAST_TAILS = ['","Score":%d}]' % s for s in range(11)]
 
 
 def encode_host_priorities(hosts: list[str], scores: list[int], plain: bool = False) -> bytes:
@@ -179,10 +180,12 @@ def encode_host_priorities(hosts: list[str], scores: list[int], plain: bool = Fa
         joined = "".join(hosts)
         if not joined.isascii() or joined.encode().translate(None, _JSON_PLAIN):
             return orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, scores)])
-    parts: list = [None] * (2 * len(hosts))
-    parts[::2] = hosts
-    parts[1::2] = map(_SCORE_TAILS.__getitem__, scores)
-    return ('[{"Host":"' + "".join(parts)[:-10] + "]").encode()  # the last entry drops ',{"Host":"'
+    parts: list = [None] * (2 * len(hosts) + 1)
+    parts[0] = '[{"Host":"'
+    parts[1::2] = hosts
+    parts[2::2] = map(_SCORE_TAILS.__getitem__, scores)
+    parts[-1] = _LAST_TAILS[scores[-1]]
+    return "".join(parts).encode()
 
 
 def preemption_result(victims: dict[str, tuple[list[str], int]], error: str | None = None) -> dict:
