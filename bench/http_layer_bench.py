@@ -105,6 +105,7 @@ def load_app_module(label: str, source: str):
         path.write_text(text)
     else:
         path = Path(source)
+        sys.path.insert(0, str(path.parent))  # its own imports beside it
     spec = importlib.util.spec_from_file_location(f"bench_app_{label}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

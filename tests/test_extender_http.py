@@ -19,7 +19,7 @@ BODY = orjson.dumps(names_request(job_pod(fixture(FILTER_NCT)), ["gh200-node-1",
 
 
 @pytest.fixture
-async def ext(pki):
+async def connect(pki):
     cert_dir, ca = pki
     view = mixed_cluster()
     view.admit("team-b/train", GH)
@@ -57,8 +57,8 @@ async def closed(reader: asyncio.StreamReader) -> bool:
         return True
 
 
-async def test_pipelined_requests_are_answered_in_order_on_one_connection(ext):
-    reader, writer = await ext()
+async def test_pipelined_requests_are_answered_in_order_on_one_connection(connect):
+    reader, writer = await connect()
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + post("/filter", BODY) + b"GET /healthz?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n")
     assert (await read_answer(reader))[::2] == (200, b"ok")
     status, headers, body = await read_answer(reader)
@@ -68,8 +68,8 @@ async def test_pipelined_requests_are_answered_in_order_on_one_connection(ext):
     writer.close()
 
 
-async def test_a_chunked_body_and_expect_continue_are_served(ext):
-    reader, writer = await ext()
+async def test_a_chunked_body_and_expect_continue_are_served(connect):
+    reader, writer = await connect()
     head = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(BODY[i:i + 1000]), BODY[i:i + 1000]) for i in range(0, len(BODY), 1000))
     writer.write(head + chunks + b"0\r\n\r\n")
@@ -84,8 +84,8 @@ async def test_a_chunked_body_and_expect_continue_are_served(ext):
     writer.close()
 
 
-async def test_head_and_wrong_methods_and_paths(ext):
-    reader, writer = await ext()
+async def test_head_and_wrong_methods_and_paths(connect):
+    reader, writer = await connect()
     writer.write(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     status, headers, _ = await read_answer(reader, head=True)
     assert status == 200 and headers["content-length"] == "2"
@@ -102,9 +102,9 @@ async def test_head_and_wrong_methods_and_paths(ext):
     writer.close()
 
 
-async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer(ext):
+async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer(connect):
     for request in (b"GET /healthz HTTP/1.0\r\n\r\n", b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):
-        reader, writer = await ext()
+        reader, writer = await connect()
         writer.write(request)
         status, headers, body = await read_answer(reader)
         assert (status, body, headers["connection"]) == (200, b"ok", "close")
@@ -112,10 +112,10 @@ async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer
         writer.close()
 
 
-async def test_garbage_gets_400_and_the_connection_is_closed(ext):
+async def test_garbage_gets_400_and_the_connection_is_closed(connect):
     for garbage in (b"HELLO\r\n\r\n", b"POST /filter HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
                     b"POST /filter HTTP/1.1\r\nContent-Length: -1\r\n\r\n"):
-        reader, writer = await ext()
+        reader, writer = await connect()
         writer.write(garbage)
         status, _, body = await read_answer(reader)
         assert status == 400 and b"malformed HTTP request" in body, garbage
@@ -123,8 +123,8 @@ async def test_garbage_gets_400_and_the_connection_is_closed(ext):
         writer.close()
 
 
-async def test_oversized_headers_get_431(ext):
-    reader, writer = await ext()
+async def test_oversized_headers_get_431(connect):
+    reader, writer = await connect()
     writer.write(b"GET /healthz HTTP/1.1\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n\r\n")
     status, _, body = await read_answer(reader)
     assert status == 431 and b"65536" in body
@@ -132,9 +132,9 @@ async def test_oversized_headers_get_431(ext):
     writer.close()
 
 
-async def test_a_chunked_body_past_the_limit_is_refused_naming_it(ext):
+async def test_a_chunked_body_past_the_limit_is_refused_naming_it(connect):
     """No Content-Length to judge upfront: the limit is applied as the chunks arrive."""
-    reader, writer = await ext()
+    reader, writer = await connect()
     chunk = b"a" * 16 * 1024
     writer.write(b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                  + b"%x\r\n%s\r\n" % (len(chunk), chunk) * 5 + b"0\r\n\r\n")
@@ -142,7 +142,7 @@ async def test_a_chunked_body_past_the_limit_is_refused_naming_it(ext):
     assert status == 413 and b"65536 bytes" in body and headers["connection"] == "close"
     assert await closed(reader)
     writer.close()
-    reader, writer = await ext()  # and the server goes on serving
+    reader, writer = await connect()  # and the server goes on serving
     writer.write(post("/filter", BODY))
     assert (await read_answer(reader))[0] == 200
     writer.close()
