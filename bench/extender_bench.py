@@ -8,9 +8,10 @@ bytes, the answered NodeNames in order).
 
 The server runs in its own process, pinned to one CPU and the client to another (on 2 cores a
 server the OS moves between CPUs pays for cold caches on every move; ``--no-pin`` measures
-that too); the baseline is a bare aiohttp handler in that same server
-answering the same requests with a constant, so the ratio is what our logic costs on top of HTTP
-(prioritize bodies for the baseline are made once from an extender answer). Rounds alternate
+that too); the baseline is a bare handler in that same server (the extender's own HTTP layer,
+extender/scheduler/server.py) answering the same requests with a constant, so the ratio is what
+our logic costs on top of HTTP (prioritize bodies for the baseline are made once from an
+extender answer). bench/http_layer_bench.py compares HTTP layers and event loops. Rounds alternate
 bare and extender, at one connection and at a few; figures are medians over the rounds. Every
 attempt carries its own pod uid and resourceVersion, so what the extender remembers per pod
 helps only within one attempt (its /filter then /prioritize), as with kube-scheduler.
@@ -43,13 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
-from aiohttp import web  # noqa: E402
 
 from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
 from certs.reload import ReloadingTLS  # noqa: E402
-from extender.scheduler import InMemoryClusterView, build_app  # noqa: E402
+from extender.scheduler import InMemoryClusterView, routes  # noqa: E402
 from extender.scheduler.memo import PodMemo  # noqa: E402
+from extender.scheduler.server import JSON, Answer, Route, Server  # noqa: E402
 from extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
+from gpuqueue import eventloop  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,29 +170,22 @@ def serve(cert_dir: str, port_q: mp.Queue, pinned: bool) -> None:
     if pinned:
         pin(SERVER_CPU)
     view = build_view()
-    app = build_app(view)
-    bare_answer = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
+    bare = Route(b"POST", lambda body, conn: Answer(
+        200, JSON, b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'))
 
-    async def bare(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(body=bare_answer, content_type="application/json")
-
-    async def cpu(request: web.Request) -> web.Response:
+    def cpu(body: bytes, conn) -> Answer:
         t = os.times()
-        return web.json_response({"cpu": t.user + t.system})
+        return Answer(200, JSON, orjson.dumps({"cpu": t.user + t.system}))
 
-    app.router.add_post("/bare/{verb}", bare)
-    app.router.add_get("/cpu", cpu)
+    table = {**routes(view), b"/bare/filter": bare, b"/bare/prioritize": bare, b"/cpu": Route(b"GET", cpu)}
 
     async def main():
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ReloadingTLS(Path(cert_dir)).context)
-        await site.start()
-        port_q.put(runner.addresses[0][1])
+        server = Server(table, 16 * 1024 * 1024)
+        await server.listen("127.0.0.1", 0, ReloadingTLS(Path(cert_dir)).context)
+        port_q.put(server.addresses[0][1])
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    eventloop.run(main())  # the loop `gpuqueue extender` serves on
 
 
 # -- the client --------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ body; a request that cannot be read gets its ``Error``, never a 5xx."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from functools import partial
@@ -12,10 +11,10 @@ from pathlib import Path
 from typing import Callable
 
 import orjson
-from aiohttp import web
 
 from certs.reload import ReloadingTLS
 from extender.scheduler.memo import PodMemo
+from extender.scheduler.server import JSON, TEXT, Answer, Connection, Route, Server
 from extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
 from extender.scheduler.view import ClusterView
 from extender.scheduler.wire import filter_error, preemption_result
@@ -27,57 +26,51 @@ log = logging.getLogger("gpuqueue.extender")
 # every candidate Node in full (~5-15 KB each, 500 candidates at 5,000 nodes): 16 MiB covers
 # that with room, and --max-request-bytes raises it for larger full-Node requests.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-VIEW_KEY = web.AppKey("view", object)
 CERT_CHECK_SECONDS = 30.0  # how often renewed serving certificate files are looked for
 
 
-NO_CLIENT_CERT = ("gpuqueue extender: this endpoint needs a client certificate signed by the CA given with "
-                  "--client-ca (kube-scheduler: the extender's tlsConfig certFile/keyFile)")
+NO_CLIENT_CERT = Answer(403, TEXT, b"gpuqueue extender: this endpoint needs a client certificate signed by the CA "
+                        b"given with --client-ca (kube-scheduler: the extender's tlsConfig certFile/keyFile)")
+HEALTHY = Answer(200, TEXT, b"ok")
 
 
-def _endpoint(verb: Callable[[bytes, ClusterView], object], on_crash: Callable[[str], object],
-              client_cert: bool = False):
-    async def handle(request: web.Request) -> web.Response:
+def _endpoint(path: str, verb: Callable[[bytes, ClusterView], object], view: ClusterView,
+              on_crash: Callable[[str], object], client_cert: bool = False) -> Route:
+    def handle(body: bytes, conn: Connection) -> Answer:
         # The handshake already rejected a certificate of another CA; this refuses none at all.
-        if client_cert and not request.transport.get_extra_info("peercert"):
-            return web.Response(status=403, text=NO_CLIENT_CERT)
-        body = await request.read()
+        if client_cert and not conn.peercert:
+            return NO_CLIENT_CERT
         try:
-            result = verb(body, request.app[VIEW_KEY])
+            result = verb(body, view)
         except Exception as exc:  # a bug must not turn into a 5xx kube-scheduler cannot read
-            log.exception("%s failed", request.path)
-            result = on_crash(f"gpuqueue extender: internal error in {request.path}: {type(exc).__name__}: {exc}")
-        body = result if isinstance(result, bytes) else orjson.dumps(result)
-        return web.Response(body=body, content_type="application/json")
+            log.exception("%s failed", path)
+            result = on_crash(f"gpuqueue extender: internal error in {path}: {type(exc).__name__}: {exc}")
+        return Answer(200, JSON, result if isinstance(result, bytes) else orjson.dumps(result))
 
-    return handle
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+    return Route(b"POST", handle)
 
 
-def build_app(view: ClusterView, max_request_bytes: int | None = None,
-              client_cert: bool = False) -> web.Application:
-    """A larger body is refused with HTTP 413 naming the limit (default ``MAX_REQUEST_BYTES``).
-    ``client_cert``: the verbs answer 403 to a client that presented no certificate (the TLS
-    context verifies the ones presented); /healthz stays open for the kubelet's probes."""
-    app = web.Application(client_max_size=max_request_bytes or MAX_REQUEST_BYTES)
-    app[VIEW_KEY] = view
+def routes(view: ClusterView, client_cert: bool = False) -> dict[bytes, Route]:
+    """The extender's endpoints by path. ``client_cert``: the verbs answer 403 to a client that
+    presented no certificate (the TLS context verifies the ones presented); /healthz stays open
+    for the kubelet's probes."""
     memo = PodMemo()  # the pod of an attempt is decoded at /filter and reused at /prioritize
-    app.router.add_post("/filter", _endpoint(partial(filter_verb, memo=memo), filter_error, client_cert))
-    app.router.add_post("/prioritize", _endpoint(partial(prioritize_verb, memo=memo), lambda msg: {"Error": msg},
-                                                 client_cert))
-    app.router.add_post("/preempt", _endpoint(preempt_verb, lambda msg: preemption_result({}, msg), client_cert))
-    app.router.add_get("/healthz", _healthz)
-    return app
+    return {
+        b"/filter": _endpoint("/filter", partial(filter_verb, memo=memo), view, filter_error, client_cert),
+        b"/prioritize": _endpoint("/prioritize", partial(prioritize_verb, memo=memo), view,
+                                  lambda msg: {"Error": msg}, client_cert),
+        b"/preempt": _endpoint("/preempt", preempt_verb, view, lambda msg: preemption_result({}, msg), client_cert),
+        b"/healthz": Route(b"GET", lambda body, conn: HEALTHY),
+    }
 
 
 async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
                 cert_dir: str | os.PathLike | None = None, insecure_http: bool = False,
                 max_request_bytes: int | None = None,
-                client_ca: str | os.PathLike | None = None) -> web.AppRunner:
-    """Start serving and return the runner (``await runner.cleanup()`` to stop). HTTPS unless
+                client_ca: str | os.PathLike | None = None) -> Server:
+    """Start serving and return the server (``await server.cleanup()`` to stop). A body larger
+    than ``max_request_bytes`` (default ``MAX_REQUEST_BYTES``) is refused with HTTP 413 naming
+    the limit. HTTPS unless
     ``insecure_http`` is asked for explicitly; with ``client_ca``, the verbs serve only clients
     presenting a certificate signed by it (kube-scheduler's tlsConfig certFile/keyFile)."""
     if cert_dir is None and not insecure_http:
@@ -86,15 +79,8 @@ async def start(view: ClusterView, *, host: str = "0.0.0.0", port: int = 8443,
         raise ValueError("client certificates need HTTPS: give a cert dir")
     # The webhook's TLS: same versions and cipher policy, renewed files picked up without a restart.
     tls = ReloadingTLS(Path(cert_dir), client_ca=client_ca) if cert_dir is not None else None
-    app = build_app(view, max_request_bytes, client_cert=client_ca is not None)
+    server = Server(routes(view, client_cert=client_ca is not None), max_request_bytes or MAX_REQUEST_BYTES)
+    await server.listen(host, port, tls.context if tls is not None else None)
     if tls is not None:
-        async def _reloader(app: web.Application):
-            task = asyncio.create_task(tls.watch(CERT_CHECK_SECONDS))
-            yield
-            task.cancel()
-
-        app.cleanup_ctx.append(_reloader)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=tls.context if tls is not None else None).start()
-    return runner
+        server.run_while_serving(tls.watch(CERT_CHECK_SECONDS))
+    return server

@@ -1,0 +1,248 @@
+"""A small HTTP/1.1 server for a fixed table of routes whose handlers are synchronous.
+
+The extender's verbs are plain functions of the request body: nothing awaits. So each request
+is answered inside ``data_received`` as soon as its last byte is parsed, with no task, future,
+stream or request object per call; llhttp (``httptools``, in C) parses. Over the same TLS
+transport this costs a quarter of what aiohttp's ``web.Application`` did per request
+(bench/http_layer_bench.py); kube-scheduler calls an extender one pod at a time, so the HTTP
+layer is paid twice per pod.
+
+HTTP behaviour kept: keep-alive and HTTP/1.0, Content-Length and chunked bodies, pipelined
+requests answered in order, ``Expect: 100-continue``, 404 for an unknown path, 405 (with
+``Allow``) for another method, HEAD where GET is served, 413 naming the limit for a body over
+it (sent as soon as the size is known; the rest of the body is read and dropped, then the
+connection is closed), 431 past the header limit, 400 for what llhttp cannot parse (then the
+connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from email.utils import formatdate
+from typing import Callable, NamedTuple
+
+import httptools
+
+log = logging.getLogger("gpuqueue.extender")
+
+JSON = b"application/json"
+TEXT = b"text/plain; charset=utf-8"
+IDLE_SECONDS = 75.0  # as aiohttp's keep-alive timeout; Go's transports drop idle ones at 90 s
+MAX_HEADER_BYTES = 64 * 1024  # request line and headers together
+
+
+class Answer(NamedTuple):
+    status: int
+    content_type: bytes
+    body: bytes
+
+
+class Route(NamedTuple):
+    method: bytes  # b"GET" also serves HEAD
+    handle: Callable[[bytes, "Connection"], Answer]
+
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
+            413: b"Content Too Large", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error"}
+_STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in _REASONS.items()}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class _Date:
+    """The Date header's value, formatted once a second."""
+
+    second, value = 0, b""
+
+    @classmethod
+    def now(cls) -> bytes:
+        t = int(time.time())
+        if t != cls.second:
+            cls.second, cls.value = t, formatdate(t, usegmt=True).encode()
+        return cls.value
+
+
+def _text(status: int, message: str) -> Answer:
+    return Answer(status, TEXT, message.encode())
+
+
+class Connection(asyncio.Protocol):
+    """One client connection; the parser calls the ``on_*`` methods from ``feed_data``."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.last_active = time.monotonic()
+        self._peercert: dict | None | bool = False  # False: not looked up yet
+        self._message_begun()
+
+    def _message_begun(self) -> None:
+        self.url, self.chunks, self.size, self.header_bytes = b"", [], 0, 0
+        self.expect_continue, self.refused = False, False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.server.connections.discard(self)
+        self.chunks = []
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError:
+            log.exception("answering an HTTP request failed")
+            self._finish(Answer(500, TEXT, b"gpuqueue extender: internal error"), close=True)
+        except httptools.HttpParserUpgrade:
+            self._finish(_text(400, "gpuqueue extender: protocol upgrades are not served"), close=True)
+        except httptools.HttpParserError as exc:
+            if not self.refused:
+                self._finish(_text(400, f"gpuqueue extender: malformed HTTP request: {exc}"), close=True)
+            elif self.transport is not None:
+                self.transport.close()
+
+    def pause_writing(self) -> None:  # a client that does not read its answers stops being read
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
+    # -- parser callbacks ----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._message_begun()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._count_header_bytes(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        if len(name) == 14 and name.lower() == b"content-length":
+            if int(value) > self.server.max_request_bytes:
+                self._refuse_body(int(value))
+        elif len(name) == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
+            self.expect_continue = True
+
+    def on_headers_complete(self) -> None:
+        if self.expect_continue and not self.refused:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.refused:
+            if self.size > self.server.max_request_bytes:  # dropped enough of it: stop reading
+                self.transport.close()
+            return
+        if self.size > self.server.max_request_bytes:  # a chunked body, its size not said upfront
+            self._refuse_body(self.size)
+        else:
+            self.chunks.append(chunk)
+
+    def on_message_complete(self) -> None:
+        if self.refused or self.transport.is_closing():  # the 413 went out, the body is read to its end
+            self.transport.close()
+            return
+        path = self.url.split(b"?", 1)[0]
+        method = self.parser.get_method()
+        route = self.server.routes.get(path)
+        if route is None:
+            answer = _text(404, f"404: Not Found: {path.decode('latin-1')}")
+        elif method != route.method and not (method == b"HEAD" and route.method == b"GET"):
+            answer = _text(405, f"405: Method Not Allowed: {method.decode('latin-1')} {path.decode('latin-1')}")
+        else:
+            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+            self.chunks = []
+            answer = route.handle(body, self)
+        self._finish(answer, close=not self.parser.should_keep_alive(), head=method == b"HEAD",
+                     allow=route.method if answer.status == 405 else None)
+
+    # -- answering -----------------------------------------------------------------------------
+
+    @property
+    def peercert(self) -> dict | None:
+        """The client certificate the TLS handshake verified, if one was presented."""
+        if self._peercert is False:
+            self._peercert = self.transport.get_extra_info("peercert") if self.transport is not None else None
+        return self._peercert
+
+    def _count_header_bytes(self, n: int) -> None:
+        self.header_bytes += n
+        if self.header_bytes > MAX_HEADER_BYTES and not self.refused:
+            self.refused = True
+            self._finish(_text(431, f"gpuqueue extender: request line and headers over {MAX_HEADER_BYTES} bytes"),
+                         close=True)
+
+    def _refuse_body(self, size: int) -> None:
+        if self.refused:
+            return
+        self.refused, self.chunks, self.size = True, [], 0
+        limit = self.server.max_request_bytes
+        self._finish(_text(413, f"gpuqueue extender: request body of {size} bytes or more is over the limit of "
+                                f"{limit} bytes (--max-request-bytes)"), close=False, closing=True)
+
+    def _finish(self, answer: Answer, close: bool, head: bool = False, allow: bytes | None = None,
+                closing: bool = False) -> None:
+        """Write ``answer``; ``close`` closes the connection after it, ``closing`` only says so
+        (the connection is closed once the request's body has been read)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        body = answer.body
+        transport.write(b"".join((
+            _STATUS_LINES[answer.status], b"Content-Type: ", answer.content_type,
+            b"\r\nContent-Length: ", b"%d" % len(body), b"\r\nDate: ", _Date.now(),
+            b"\r\nServer: gpuqueue\r\n",
+            b"Allow: %s\r\n" % (b"GET, HEAD" if allow == b"GET" else allow) if allow else b"",
+            b"Connection: close\r\n\r\n" if close or closing else b"\r\n",
+            b"" if head else body)))
+        if close:
+            transport.close()
+
+
+class Server:
+    """Serves ``routes`` ({path: Route}) until ``cleanup()``; ``addresses`` are the bound
+    (host, port) pairs, as aiohttp's runners give them."""
+
+    def __init__(self, routes: dict[bytes, Route], max_request_bytes: int) -> None:
+        self.routes = routes
+        self.max_request_bytes = max_request_bytes
+        self.connections: set[Connection] = set()
+        self.addresses: list[tuple] = []
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def listen(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(self), host, port, ssl=ssl_context, reuse_address=True)
+        self.addresses = [s.getsockname() for s in self._server.sockets]
+        self.run_while_serving(self._close_idle())
+
+    def run_while_serving(self, coro) -> None:
+        """Run ``coro`` as a task that ``cleanup()`` cancels."""
+        self._tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    async def _close_idle(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_SECONDS / 5)
+            stale = time.monotonic() - IDLE_SECONDS
+            for conn in [c for c in self.connections if c.last_active < stale]:
+                conn.transport.close()
+
+    async def cleanup(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        await asyncio.sleep(0)  # let the transports' close callbacks run
