@@ -104,11 +104,12 @@ _VERDICTS: dict[tuple[str, bool], tuple[str, bool]] = {}  # reasons are few: GPU
 
 
 class FitProfile:
-    """Pods of one flavor needing ``need`` GPUs with these tolerations. For every node the
-    cache knows, ``fits`` says whether it takes such a pod: the node's code in ``score`` (the
+    """Pods of one flavor needing ``need`` GPUs with these tolerations. For every node of the
+    flavor, ``fits`` says whether it takes such a pod: the node's code in ``score`` (the
     ScoreProfile of the same need, so the filter reads the scores a following /prioritize
-    needs in the same lookup), or None and then ``refusals`` says why: (reason, unresolvable);
-    unresolvable is a cordon, a taint or another flavor, not a GPU shortage."""
+    needs in the same lookup), or None; for a node of the flavor that does not, and for every
+    other known node, ``refusals`` says why: (reason, unresolvable); unresolvable is a cordon,
+    a taint or another flavor, not a GPU shortage."""
 
     __slots__ = ("members", "need", "tolerations", "cordon_ok", "mismatch", "score", "fits", "refusals")
 
@@ -128,13 +129,14 @@ class FitProfile:
             self.fits.pop(name, None)
             self.refusals.pop(name, None)
             return
-        if name not in self.members:
-            verdict = self.mismatch
-        else:
-            verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
-        # Entries are overwritten, never deleted while the node is known: a node moving between
-        # fitting and not on every reservation would otherwise fill the tables with dead slots
-        # that lookups probe. So a refused node is None in ``fits``, and ``refusals`` is read
+        if name not in self.members:  # only the flavor's nodes are in ``fits``: a smaller table
+            self.fits.pop(name, None)
+            self.refusals[name] = self.mismatch
+            return
+        verdict = judge(st, self.need, self.tolerations, self.cordon_ok)
+        # Entries are overwritten, never deleted while the node is of the flavor: a node moving
+        # between fitting and not on every reservation would otherwise fill the tables with dead
+        # slots that lookups probe. So a refused node is None in ``fits``, and ``refusals`` is read
         # only for those (an entry left there from before the node fitted again is never read).
         if verdict is None:
             self.fits[name] = self.score.codes[name]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from extender.scheduler.wire import Pod
 
-DEFAULT_SIZE = 64  # kube-scheduler runs one scheduling cycle at a time; a few suffice
+DEFAULT_SIZE = 8  # kube-scheduler runs one scheduling cycle at a time; more would only keep memory cold
 # Entries are found by the length and the start of the pod's JSON (metadata first: name,
 # namespace, uid, resourceVersion), then the whole is compared: hashing a pod of 20 KB costs
 # ~17 us, comparing it ~1 us. Pods alike in both only share a slot, never an entry.

@@ -174,7 +174,10 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
         view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,
                            req.job_key)
     # orjson escapes with a backslash whatever JSON needs escaped: none in /filter's answer, none here
-    return encode_host_priorities(names, scores, plain=answered and pod.answered.isascii() and b"\\" not in pod.answered)
+    answer = encode_host_priorities(names, scores, plain=answered and pod.answered.isascii() and b"\\" not in pod.answered)
+    if answered:  # one /prioritize per /filter: let the names go now, while their memory is warm
+        pod.answered = pod.answered_names = pod.answered_codes = None
+    return answer
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:
