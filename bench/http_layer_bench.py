@@ -48,12 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from extender_bench import (answered_names, attempt, build_view, make_certs, pct, prioritize_body,  # noqa: E402
-                            request_bodies)
+from extender_bench import (BARE_ANSWER, answered_names, attempt, build_view, make_certs, pct,  # noqa: E402
+                            prioritize_body, request_bodies)
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-BARE_ANSWER = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 RAW_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                 % len(BARE_ANSWER)) + BARE_ANSWER
 DEFAULT_VARIANTS = ("raw/http/asyncio,raw/https/asyncio,bare/http/asyncio,bare/https/asyncio,"
