@@ -123,6 +123,15 @@ async def test_garbage_gets_400_and_the_connection_is_closed(connect):
         writer.close()
 
 
+async def test_a_protocol_upgrade_gets_one_400_and_the_connection_is_closed(connect):
+    reader, writer = await connect()
+    writer.write(post("/filter", BODY, b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
+    status, _, body = await read_answer(reader)
+    assert status == 400 and b"upgrades are not served" in body
+    assert await closed(reader)
+    writer.close()
+
+
 async def test_oversized_headers_get_431(connect):
     reader, writer = await connect()
     writer.write(b"GET /healthz HTTP/1.1\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n\r\n")

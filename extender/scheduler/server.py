@@ -150,6 +150,8 @@ class Connection(asyncio.Protocol):
         if self.refused or self.transport.is_closing():  # the 413 went out, the body is read to its end
             self.transport.close()
             return
+        if self.parser.should_upgrade():  # llhttp stops before the body: data_received answers 400
+            return
         path = self.url.split(b"?", 1)[0]
         method = self.parser.get_method()
         route = self.server.routes.get(path)
