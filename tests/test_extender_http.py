@@ -115,30 +115,29 @@ async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer
 async def test_garbage_gets_400_and_the_connection_is_closed(connect):
     for garbage in (b"HELLO\r\n\r\n", b"POST /filter HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
                     b"POST /filter HTTP/1.1\r\nContent-Length: -1\r\n\r\n"):
-        reader, writer = await connect()
-        writer.write(garbage)
-        status, _, body = await read_answer(reader)
+        status, body = await refused_then_closed(connect, garbage)
         assert status == 400 and b"malformed HTTP request" in body, garbage
-        assert await closed(reader)
-        writer.close()
+
+
+async def refused_then_closed(connect, request: bytes) -> tuple[int, bytes]:
+    """(status, body) of the one answer to ``request``, after which the server closed."""
+    reader, writer = await connect()
+    writer.write(request)
+    status, _, body = await read_answer(reader)
+    assert await closed(reader)
+    writer.close()
+    return status, body
 
 
 async def test_a_protocol_upgrade_gets_one_400_and_the_connection_is_closed(connect):
-    reader, writer = await connect()
-    writer.write(post("/filter", BODY, b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
-    status, _, body = await read_answer(reader)
+    status, body = await refused_then_closed(connect, post("/filter", BODY, b"Connection: Upgrade\r\nUpgrade: websocket\r\n"))
     assert status == 400 and b"upgrades are not served" in body
-    assert await closed(reader)
-    writer.close()
 
 
 async def test_oversized_headers_get_431(connect):
-    reader, writer = await connect()
-    writer.write(b"GET /healthz HTTP/1.1\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n\r\n")
-    status, _, body = await read_answer(reader)
+    status, body = await refused_then_closed(
+        connect, b"GET /healthz HTTP/1.1\r\n" + b"X-Filler: " + b"a" * (70 * 1024) + b"\r\n\r\n")
     assert status == 431 and b"65536" in body
-    assert await closed(reader)
-    writer.close()
 
 
 async def test_a_chunked_body_past_the_limit_is_refused_naming_it(connect):
