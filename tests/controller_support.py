@@ -229,3 +229,17 @@ async def eventually(cond, timeout: float = 5.0, what: str = "condition") -> Non
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{what}: not met within {timeout}s")
+
+
+async def flame_running(h: "Harness") -> tuple[Controller, list[tuple[str, str]]]:
+    """FLAME's objects applied, a controller started and its six Jobs submitted and unsuspended:
+    the controller and the Jobs' keys."""
+    objects, jobs, _ = scenario("flame.yaml")
+    for obj in objects:
+        await h.apply(obj)
+    ctl = await h.controller()
+    for job in jobs:
+        await h.submit(job)
+    keys = [job_key(j) for j in jobs]
+    await eventually(lambda: all(h.running(*k) for k in keys), what="all six jobs unsuspended")
+    return ctl, keys

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 from extender.controller import workload as W
-from tests.controller_support import Harness, eventually, job_key, scenario
+from tests.controller_support import Harness, eventually, flame_running, job_key, scenario
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 
 
 async def test_flame_borrow_reclaim_resume():
-    objects, jobs, later = scenario("flame.yaml")
+    _, _, later = scenario("flame.yaml")
     async with Harness(pod_deletion_delay=0.2) as h:
-        for obj in objects:
-            await h.apply(obj)
-        ctl = await h.controller()
-        for job in jobs:
-            await h.submit(job)
-        keys = [job_key(j) for j in jobs]
+        # 1. B runs its 2 guaranteed GPUs, C borrows 4 (2 of A's idle ones, the cohort's 2)
+        ctl, keys = await flame_running(h)
         b_keys = [k for k in keys if k[0] == "team-b"]
         c_keys = [k for k in keys if k[0] == "team-c"]
 
-        # 1. B runs its 2 guaranteed GPUs, C borrows 4 (2 of A's idle ones, the cohort's 2)
-        await eventually(lambda: all(h.running(*k) for k in keys), what="all six jobs unsuspended")
         for ns, name in keys:
             job = h.job(ns, name)
             assert job["spec"]["template"]["spec"]["nodeSelector"] == GH200

@@ -6,22 +6,9 @@ from __future__ import annotations
 
 from extender.controller import kinds as K
 from extender.controller import workload as W
-from extender.controller.controller import Controller
-from tests.controller_support import Harness, eventually, job_key, scenario
+from tests.controller_support import Harness, eventually, flame_running
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
-
-
-async def _flame_running(h: Harness) -> tuple[Controller, list[tuple[str, str]]]:
-    objects, jobs, _ = scenario("flame.yaml")
-    for obj in objects:
-        await h.apply(obj)
-    ctl = await h.controller()
-    for job in jobs:
-        await h.submit(job)
-    keys = [job_key(j) for j in jobs]
-    await eventually(lambda: all(h.running(*k) for k in keys), what="all six jobs unsuspended")
-    return ctl, keys
 
 
 def _still_admitted(h: Harness, ns: str, name: str, admission: dict) -> None:
@@ -32,7 +19,7 @@ def _still_admitted(h: Harness, ns: str, name: str, admission: dict) -> None:
 
 async def test_a_job_suspended_by_hand_is_started_again():
     async with Harness() as h:
-        _, keys = await _flame_running(h)
+        _, keys = await flame_running(h)
         ns, name = keys[-1]
         admission = h.workload_of(ns, name)["status"]["admission"]
         await h.edit(K.JOBS, ns, name, lambda job: job["spec"].update(suspend=True))
@@ -49,7 +36,7 @@ async def test_a_node_selector_edited_while_suspended_does_not_survive():
     # clears startTime on suspension, which lets the template change.
     async with Harness() as h:
         h.api.job_controller.keep_start_time_on_suspend = False
-        ctl, keys = await _flame_running(h)
+        ctl, keys = await flame_running(h)
         ns, name = keys[-1]
         admission = h.workload_of(ns, name)["status"]["admission"]
         await h.kill(ctl)
