@@ -52,7 +52,6 @@ from extender.scheduler import InMemoryClusterView, routes  # noqa: E402
 from extender.scheduler.memo import PodMemo  # noqa: E402
 from extender.scheduler.server import JSON, Answer, Route, Server  # noqa: E402
 from extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
-from gpuqueue import eventloop  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,7 +203,7 @@ def serve(cert_dir: str, port_q: mp.Queue, pinned: bool) -> None:
         port_q.put((server.addresses[0][1], runner.addresses[0][1]))
         await asyncio.Event().wait()
 
-    eventloop.run(main())  # the loop `gpuqueue extender` serves on
+    asyncio.run(main())
 
 
 # -- the client --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ bodies). A variant is ``KIND/TRANSPORT/LOOP``:
   is the checkout's own app.py). Only the HTTP layer differs between two ``ext`` variants: they
   import the same verbs.
 - TRANSPORT ``http`` or ``https`` (the extender's TLS context, certs/reload.py); LOOP ``asyncio``
-  or ``uvloop``.
+  or ``uvloop`` (not a dependency of gpuqueue: ``pip install uvloop`` to measure it).
 
 Rounds alternate the variants (the order rotates every round), so that a change of the shared
 machine's load falls on all of them; figures are medians over rounds. Server CPU is read from
@@ -55,8 +55,7 @@ from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 RAW_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                 % len(BARE_ANSWER)) + BARE_ANSWER
-DEFAULT_VARIANTS = ("raw/http/asyncio,raw/https/asyncio,bare/http/asyncio,bare/https/asyncio,"
-                    "raw/https/uvloop,bare/https/uvloop,ext:cur/https/asyncio,ext:cur/https/uvloop")
+DEFAULT_VARIANTS = "raw/http/asyncio,raw/https/asyncio,bare/http/asyncio,bare/https/asyncio,ext:cur/https/asyncio"
 
 
 class RawHTTP(asyncio.Protocol):

@@ -12,8 +12,6 @@ import socket
 import sys
 from pathlib import Path
 
-from gpuqueue import eventloop
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("extender", help="run the controller and the scheduler extender endpoints")
@@ -117,7 +115,7 @@ async def serve(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format='{"time":"%(asctime)s","level":"%(levelname)s",'
                         '"logger":"%(name)s","msg":%(message)r}')
-    return eventloop.run(serve(args))
+    return asyncio.run(serve(args))
 
 
 def run_explain(args: argparse.Namespace) -> int:

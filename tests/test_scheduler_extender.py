@@ -469,7 +469,7 @@ async def test_https_only_unless_plain_http_is_asked_for(pki):
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls12, server_hostname="127.0.0.1")
             cipher, version, _bits = writer.get_extra_info("cipher")
             writer.close()
-            await writer.wait_closed()  # uvloop refuses a new socket on a descriptor still closing
+            await writer.wait_closed()
             assert version == "TLSv1.2" and cipher.startswith("ECDHE") and ("GCM" in cipher or "CHACHA20" in cipher)
             with pytest.raises(aiohttp.ClientError):
                 await s.post(f"http://127.0.0.1:{port}/filter", data=b"{}")

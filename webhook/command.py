@@ -10,7 +10,6 @@ from pathlib import Path
 
 import yaml
 
-from gpuqueue import eventloop
 from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
 from webhook.mutation import ManagedJobsConfig
 from webhook.server import DEFAULT_MAX_BODY, WebhookSettings
@@ -78,7 +77,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        eventloop.run(serve(args))
+        asyncio.run(serve(args))
     except KeyboardInterrupt:
         pass
     return 0
