@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes_asyncio import client  # noqa: E402
 
-from extender.controller import kinds as K  # noqa: E402
-from extender.controller.controller import Controller, Options  # noqa: E402
-from extender.controller.kubeapi import KubeApi  # noqa: E402
-from gpuqueue.testing import ApiServer  # noqa: E402
-from gpuqueue.testing import resources as R  # noqa: E402
+from gpuqueue.extender.controller import kinds as K  # noqa: E402
+from gpuqueue.extender.controller.controller import Controller, Options  # noqa: E402
+from gpuqueue.extender.controller.kubeapi import KubeApi  # noqa: E402
+from tests.standin import ApiServer  # noqa: E402
+from tests.standin import resources as R  # noqa: E402
 
 
 def cq(name: str, gpus: int) -> dict:

@@ -22,9 +22,9 @@ import random
 import statistics
 import time
 
-from extender.quota.engine import QuotaEngine
-from extender.quota.fairsharing import FairSharing
-from extender.quota.model import (
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.fairsharing import FairSharing
+from gpuqueue.extender.quota.model import (
     ClusterQueueSpec, FlavorSpec, LocalQueueSpec, PodSetSpec, PreemptionSpec, Quota, ResourceGroupSpec, WorkloadSpec,
 )
 

@@ -46,12 +46,12 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
-from certs.reload import ReloadingTLS  # noqa: E402
-from extender.scheduler import InMemoryClusterView, routes  # noqa: E402
-from extender.scheduler.memo import PodMemo  # noqa: E402
-from extender.scheduler.server import JSON, Answer, Route, Server  # noqa: E402
-from extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
+from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
+from gpuqueue.certs.reload import ReloadingTLS  # noqa: E402
+from gpuqueue.extender.scheduler import InMemoryClusterView, routes  # noqa: E402
+from gpuqueue.extender.scheduler.memo import PodMemo  # noqa: E402
+from gpuqueue.extender.scheduler.server import JSON, Answer, Route, Server  # noqa: E402
+from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -114,7 +114,7 @@ def serve(variant: str, app_source: str | None, cert_dir: str, port_q: mp.Queue)
     pin(SERVER_CPU)
     kind, transport, loop_kind = variant.split("/")
     https = transport == "https"
-    from certs.reload import ReloadingTLS
+    from gpuqueue.certs.reload import ReloadingTLS
     ctx = ReloadingTLS(Path(cert_dir)).context if https else None
 
     async def bare(request: web.Request) -> web.Response:
@@ -219,8 +219,8 @@ def main() -> None:
 
     bodies = request_bodies()
     # The constant handlers answer no names: their prioritize bodies are made once from the verbs.
-    from extender.scheduler.memo import PodMemo
-    from extender.scheduler.verbs import filter_verb
+    from gpuqueue.extender.scheduler.memo import PodMemo
+    from gpuqueue.extender.scheduler.verbs import filter_verb
     view, memo = build_view(), PodMemo()
     prio_bodies = {k: prioritize_body(b, answered_names(filter_verb(b, view, memo))) for k, (b, _) in enumerate(bodies)}
     print(f"{len(variants)} variants, {args.pods} pods per round each, {args.rounds} rounds; "

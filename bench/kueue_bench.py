@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extender.simulate.runner import Simulation  # noqa: E402
-from extender.simulate.scenario import load_scenario  # noqa: E402
+from gpuqueue.extender.simulate.runner import Simulation  # noqa: E402
+from gpuqueue.extender.simulate.scenario import load_scenario  # noqa: E402
 
 RES = "cpu"
 

@@ -4,7 +4,7 @@
     python bench/kueue_realtime.py large-scale --scale 0.05
 
 Three processes on the wall clock:
-  - the API server stand-in (gpuqueue.testing, a forked child, real HTTP on 127.0.0.1). In the same
+  - the API server stand-in (tests.standin, a forked child, real HTTP on 127.0.0.1). In the same
     process, standing in for the Job controller and the kubelet: a Job unsuspended by the controller
     is marked Complete `runtime` seconds later (a Job suspended again before then is not), and a
     recorder observes every committed write;
@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
-from gpuqueue.testing import ApiServer  # noqa: E402
-from gpuqueue.testing import resources as R  # noqa: E402
-from gpuqueue.testing import strategies  # noqa: E402
+from tests.standin import ApiServer  # noqa: E402
+from tests.standin import resources as R  # noqa: E402
+from tests.standin import rules  # noqa: E402
 from kueue_bench import CONFIGS, RES, Config, WorkloadClass  # noqa: E402
 
 RUNTIME = "gpuqueue.io/runtime-seconds"
@@ -135,7 +135,7 @@ class JobsAndRecorder:
         job = self.cluster.store.get(R.JOBS.storage_key, (namespace, name))
         if job is None or job["metadata"]["uid"] != uid or job["spec"].get("suspend") or _true(job, "Complete"):
             return
-        now = strategies.fmt_time(strategies.now())
+        now = rules.fmt_time(rules.now())
         status = copy.deepcopy(job.get("status") or {})
         status.setdefault("startTime", now)
         status.update(completionTime=now, succeeded=1, conditions=list(status.get("conditions") or []) + [

@@ -9,7 +9,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from certs.generate import ServingIdentity, generate, write_files
+from gpuqueue.certs.generate import ServingIdentity, generate, write_files
 from gpuqueue import access
 
 
@@ -55,8 +55,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_ensure(args: argparse.Namespace) -> int:
-    from certs.ensure import ensure
-    from webhook.cluster import load_cluster_config
+    from gpuqueue.certs.ensure import ensure
+    from gpuqueue.webhook.cluster import load_cluster_config
 
     identity = _identity(args)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from certs.generate import (
+from gpuqueue.certs.generate import (
     CA_FILE, CA_KEY_FILE, CERT_FILE, DEFAULT_VALIDITY, KEY_FILE, ServingIdentity, TLSMaterial,
     generate, needs_renewal, write_files,
 )

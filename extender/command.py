@@ -71,16 +71,16 @@ def load_configuration(path: Path | None):
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from extender.controller.controller import Controller, Options
-    from extender.controller.server import start_ops
-    from extender.controller.view import ControllerClusterView
-    from extender.scheduler import app as extender_app
+    from gpuqueue.extender.controller.controller import Controller, Options
+    from gpuqueue.extender.controller.server import start_ops
+    from gpuqueue.extender.controller.view import ControllerClusterView
+    from gpuqueue.extender.scheduler import app as extender_app
 
     if args.cert_dir is None and not args.insecure_http:
         print("gpuqueue extender: --cert-dir is required (or --insecure-http)", file=sys.stderr)
         return 2
-    from extender.quota.convert import fair_sharing_spec
-    from webhook.mutation import ManagedJobsConfig
+    from gpuqueue.extender.quota.convert import fair_sharing_spec
+    from gpuqueue.webhook.mutation import ManagedJobsConfig
 
     try:
         cfg = load_configuration(args.config)
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from extender.controller.explain import explain_job
+    from gpuqueue.extender.controller.explain import explain_job
 
     if "/" not in args.job:
         print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)

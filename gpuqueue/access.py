@@ -3,7 +3,7 @@
 The installed RBAC (manifests/rbac/) must grant exactly these permissions, no more and no fewer:
 tests/test_manifests_rbac.py compares the two. The table itself is checked against what the code
 does: tests record every request each component makes to the API server stand-in
-(gpuqueue/testing/) in its end-to-end scenarios and assert that each call is declared here and
+(tests/standin/) in its end-to-end scenarios and assert that each call is declared here and
 each verb declared here is made (tests/test_access_extender.py, tests/test_webhook_cluster.py,
 tests/test_certs_ensure.py). A call missing here fails those tests instead of failing with 403
 on a cluster; a permission nobody uses any more fails them too, so it cannot linger in RBAC.

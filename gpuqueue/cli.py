@@ -9,15 +9,15 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuqueue", description="GPU job queueing for Kubernetes, Kueue-compatible.")
     sub = parser.add_subparsers(dest="command", required=True)
-    from extender.simulate.command import add_parser as add_simulate
+    from gpuqueue.extender.simulate.command import add_parser as add_simulate
 
     add_simulate(sub)
-    from webhook.command import add_parser as add_webhook
-    from certs.command import add_parser as add_certs
+    from gpuqueue.webhook.command import add_parser as add_webhook
+    from gpuqueue.certs.command import add_parser as add_certs
 
     add_webhook(sub)
     add_certs(sub)
-    from extender.command import add_parser as add_extender
+    from gpuqueue.extender.command import add_parser as add_extender
 
     add_extender(sub)
     return parser

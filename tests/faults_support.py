@@ -8,10 +8,10 @@ import asyncio
 import dataclasses
 import time
 
-from extender.controller import workload as W
-from gpuqueue.testing import Write
-from gpuqueue.testing import resources as R
-from gpuqueue.testing.faults import EXEMPT_HEADER
+from gpuqueue.extender.controller import workload as W
+from tests.standin import Write
+from tests.standin import resources as R
+from tests.standin.faults import EXEMPT_HEADER
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 
 # The controller as in the other end-to-end tests, with its retry pauses scaled down like the rest.

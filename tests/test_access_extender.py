@@ -16,11 +16,11 @@ from collections import defaultdict
 import pytest
 from kubernetes_asyncio import client
 
-from extender.controller.controller import Controller, Options
-from extender.controller.explain import explain_job
+from gpuqueue.extender.controller.controller import Controller, Options
+from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue import access
-from gpuqueue.testing import ApiServer
-from gpuqueue.testing import resources as R
+from tests.standin import ApiServer
+from tests.standin import resources as R
 from tests import controller_support, test_controller_behaviour, test_controller_flame
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.webhook_support import api_calls, assert_calls_match_access_table

@@ -7,8 +7,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.testing import ApiServer
-from gpuqueue.testing import resources as R
+from tests.standin import ApiServer
+from tests.standin import resources as R
 
 FIX = Path(__file__).parent / "fixtures" / "k8s-1.24"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

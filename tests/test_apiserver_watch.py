@@ -7,8 +7,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.testing import ApiServer
-from gpuqueue.testing import resources as R
+from tests.standin import ApiServer
+from tests.standin import resources as R
 
 from .test_apiserver_rest import FIX, KUEUE, MERGE, fixture, job_body, status_of
 

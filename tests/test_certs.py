@@ -9,8 +9,8 @@ import stat
 
 from cryptography import x509
 
-from certs.ensure import plan_secret, webhook_ca_patch
-from certs.generate import ServingIdentity, generate, needs_renewal, validity_window
+from gpuqueue.certs.ensure import plan_secret, webhook_ca_patch
+from gpuqueue.certs.generate import ServingIdentity, generate, needs_renewal, validity_window
 from gpuqueue.cli import main
 
 IDENT = ServingIdentity("gpuqueue-webhook", "gpuqueue-system", dns=("webhook.example.com",), ips=("10.0.0.7",))

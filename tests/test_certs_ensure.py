@@ -12,11 +12,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from certs.ensure import ensure
-from certs.generate import ServingIdentity, validity_window
+from gpuqueue.certs.ensure import ensure
+from gpuqueue.certs.generate import ServingIdentity, validity_window
 from gpuqueue import access
-from gpuqueue.testing import ApiServer
-from gpuqueue.testing import resources as R
+from tests.standin import ApiServer
+from tests.standin import resources as R
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "webhook" / "webhookconfigurations.yaml"

@@ -7,7 +7,7 @@ import ssl
 
 import aiohttp
 
-from certs.generate import CA_FILE, CA_KEY_FILE, ServingIdentity, generate, write_files
+from gpuqueue.certs.generate import CA_FILE, CA_KEY_FILE, ServingIdentity, generate, write_files
 from tests.webhook_support import APISERVER_HEADERS, client_context, load_review, make_cert_dir, running_webhook, wire
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 
 
-from extender.controller import kinds as K
-from extender.controller import workload as W
-from gpuqueue.testing import resources as R
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from tests.standin import resources as R
 from tests.controller_support import Harness, eventually, scenario
 
 GUIDE_MESSAGE = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from extender.controller.actions import Actions
-from extender.controller.controller import Options
+from gpuqueue.extender.controller.actions import Actions
+from gpuqueue.extender.controller.controller import Options
 
 
 def _actions() -> Actions:

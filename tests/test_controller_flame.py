@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extender.controller import workload as W
+from gpuqueue.extender.controller import workload as W
 from tests.controller_support import Harness, eventually, flame_running, job_key, scenario
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -112,8 +112,8 @@ async def test_flame_fair_sharing_from_the_configuration():
     borrowed jobs are preempted for InCohortFairSharing and C and D hold 3 GPUs each."""
     import dataclasses
 
-    from extender.quota.convert import fair_sharing_spec
-    from extender.simulate.scenario import load_scenario
+    from gpuqueue.extender.quota.convert import fair_sharing_spec
+    from gpuqueue.extender.simulate.scenario import load_scenario
     from tests.controller_support import EXAMPLES, FAST
 
     cfg = load_scenario((EXAMPLES / "flame-fair-sharing.yaml").read_text()).configuration

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import aiohttp
 
-from extender.controller.explain import explain_job
-from extender.controller.server import start_ops
-from extender.controller.view import ControllerClusterView
-from extender.scheduler import app as extender_app
+from gpuqueue.extender.controller.explain import explain_job
+from gpuqueue.extender.controller.server import start_ops
+from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.cli import main
-from gpuqueue.testing import resources as R
+from tests.standin import resources as R
 from tests.controller_support import Harness, eventually, job_key, scenario
 
 H100_NODE = {"apiVersion": "v1", "kind": "Node",
@@ -24,7 +24,7 @@ async def test_readiness_metrics_and_extender_endpoints_over_the_controller_cach
         for obj in objects + [H100_NODE]:
             await h.apply(obj)
         from tests.controller_support import FAST
-        from extender.controller.controller import Controller
+        from gpuqueue.extender.controller.controller import Controller
         from kubernetes_asyncio import client
 
         ctl = Controller(client.ApiClient(h.api.client_configuration()), FAST, identity="ops")

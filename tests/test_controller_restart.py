@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from extender.controller import workload as W
+from gpuqueue.extender.controller import workload as W
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}

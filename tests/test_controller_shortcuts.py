@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from extender.controller import workload as W
-from gpuqueue.testing import resources as R
+from gpuqueue.extender.controller import workload as W
+from tests.standin import resources as R
 from tests.controller_support import Harness, eventually
 from tests.test_controller_behaviour import gpu_job, two_pool_objects
 
@@ -92,7 +92,7 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
 
 
 async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_changes_reach_it():
-    from extender.controller import kinds as K
+    from gpuqueue.extender.controller import kinds as K
 
     async with Harness() as h:
         for obj in two_trees():
@@ -119,7 +119,7 @@ async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is
     from kubernetes_asyncio import client
     from pydantic import ValidationError
 
-    from extender.controller.controller import Controller
+    from gpuqueue.extender.controller.controller import Controller
 
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
         ctl = Controller(api)

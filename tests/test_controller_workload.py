@@ -3,10 +3,10 @@ pod template edits, queue status."""
 
 from __future__ import annotations
 
-from extender.controller import workload as W
-from extender.controller.status import cluster_queue_status, queue_counts, same_status
-from extender.quota.engine import QuotaEngine
-from extender.quota.model import Admission, ClusterQueueSpec, FlavorSpec, Quota, ResourceGroupSpec
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.status import cluster_queue_status, queue_counts, same_status
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, FlavorSpec, Quota, ResourceGroupSpec
 from gpuqueue.api.base import Toleration
 
 JOB = {"metadata": {"namespace": "ml", "name": "train", "uid": "u-1",
@@ -81,8 +81,8 @@ def test_cluster_queue_status_with_a_missing_flavor():
 
 
 def test_cluster_queue_status_publishes_the_weighted_share_under_fair_sharing():
-    from extender.quota.fairsharing import FairSharing
-    from extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
+    from gpuqueue.extender.quota.fairsharing import FairSharing
+    from gpuqueue.extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
 
     e = QuotaEngine(fair_sharing=FairSharing())
     e.set_flavor(FlavorSpec("gh200"))

@@ -192,7 +192,10 @@ def test_build_stage_produces_a_working_gpuqueue(tmp_path):
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "gpuqueue = gpuqueue.cli:main" in entry_points
-    assert "gpuqueue/cli.py" in names and "extender/simulate/examples/flame.yaml" in names
+    assert "gpuqueue/cli.py" in names and "gpuqueue/extender/simulate/examples/flame.yaml" in names
+    # only gpuqueue's own import package reaches site-packages, and no test code with it
+    assert {n.split("/")[0] for n in names} == {"gpuqueue", next(n.split("/")[0] for n in names if ".dist-info/" in n)}
+    assert not [n for n in names if "/testing/" in n or "/standin/" in n or "/tests/" in n]
     site = tmp_path / "site"
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "-q", "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -206,6 +209,15 @@ def test_build_stage_produces_a_working_gpuqueue(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "usage: gpuqueue" in run.stdout
+    sim = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); from gpuqueue.cli import main; sys.exit(main(['simulate', '--output', 'json']))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert sim.returncode == 0, sim.stderr
+    assert '"final"' in sim.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("rel,expected", [("tests/test_x.py", False), ("gpuqueue/cli.py", True), ("gpuqueue/__pycache__/x.pyc", False), ("docs/install.md", False)])

@@ -81,7 +81,7 @@ def test_an_unchanged_queue_object_does_not_re_evaluate_the_pending_workloads(mo
     # A controller sees each status write to a ClusterQueue or LocalQueue as an update; handing
     # the engine the same spec again must not re-route and re-judge every pending workload
     # (with thousands pending that made each pass take a second).
-    from extender.quota import flavorassigner as fa
+    from gpuqueue.extender.quota import flavorassigner as fa
     from tests.strategies.quota_oracle import HistoryRun
     from tests.strategies.quota_world import Q, QueueW, Submit, World, cluster_queue_spec
 

@@ -45,7 +45,7 @@ def test_workloads_equivalent_to_one_that_failed_are_not_evaluated():
 def test_condition_reasons_of_workloads_not_evaluated():
     # The Workload's QuotaReserved=False reason: the judged head's (WaitingForQuota), Kueue's
     # PendingEvaluation for one created with it, the failed head's for a bypassed one.
-    from extender.quota import decisions as d
+    from gpuqueue.extender.quota import decisions as d
     from tests.strategies.quota_oracle import run_history
     from tests.strategies.quota_world import Q, QueueW, Submit, World
 

@@ -11,8 +11,8 @@ import ssl
 import orjson
 import pytest
 
-from extender.scheduler import server as http_server
-from extender.scheduler import start
+from gpuqueue.extender.scheduler import server as http_server
+from gpuqueue.extender.scheduler import start
 from tests.test_scheduler_extender import FILTER_NCT, GH, fixture, job_pod, mixed_cluster, names_request, pki  # noqa: F401
 
 BODY = orjson.dumps(names_request(job_pod(fixture(FILTER_NCT)), ["gh200-node-1", "h100-node-3"])) + b"\n"

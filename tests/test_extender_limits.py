@@ -10,9 +10,9 @@ import ssl
 import aiohttp
 import orjson
 
-from extender import command
-from extender.scheduler import app as extender_app
-from extender.scheduler import start
+from gpuqueue.extender import command
+from gpuqueue.extender.scheduler import app as extender_app
+from gpuqueue.extender.scheduler import start
 from tests.test_scheduler_extender import FILTER_NCT, GH, fixture, job_pod, mixed_cluster, names_request, pki  # noqa: F401
 
 NAMES = [f"gh200-node-{i:05d}" for i in range(5000)]  # kube-scheduler sends this many at most

@@ -10,10 +10,10 @@ import copy
 import orjson
 import pytest
 
-import extender.scheduler.verbs as verbs
-from extender.scheduler.memo import PodMemo
-from extender.scheduler.verbs import filter_verb, prioritize_verb
-from extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
+import gpuqueue.extender.scheduler.verbs as verbs
+from gpuqueue.extender.scheduler.memo import PodMemo
+from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb
+from gpuqueue.extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
 from tests.test_scheduler_extender import (FILTER_NCT, GH, Clock, ext, fixture, job_pod,  # noqa: F401
                                            mixed_cluster, names_request, pki)
 

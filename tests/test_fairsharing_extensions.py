@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from extender.simulate.runner import Simulation
-from extender.simulate.scenario import ScenarioError, load_scenario
+from gpuqueue.extender.simulate.runner import Simulation
+from gpuqueue.extender.simulate.scenario import ScenarioError, load_scenario
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "extender" / "simulate" / "examples"
 

@@ -7,7 +7,7 @@ import dataclasses
 import time
 
 from tests.faults_support import OPTS, FaultRun, assert_clean, baseline, converge, report
-from gpuqueue.testing import resources as R
+from tests.standin import resources as R
 from tests.controller_support import eventually
 
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import extender.scheduler.app as extender_app
-from extender.placement import FlavorSelector, NodeCache, NodeInfo
-from extender.scheduler import InMemoryClusterView, start
+import gpuqueue.extender.scheduler.app as extender_app
+from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo
+from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from tests.strategies.hostile import json_values, memory_growth, mutated, wire
 from tests.webhook_support import make_cert_dir
 

@@ -6,9 +6,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from extender.kube import ConflictRetriesExhausted, Informer, TokenBucket, retry_on_conflict
-from gpuqueue.testing import ApiServer
-from gpuqueue.testing import resources as R
+from gpuqueue.extender.kube import ConflictRetriesExhausted, Informer, TokenBucket, retry_on_conflict
+from tests.standin import ApiServer
+from tests.standin import resources as R
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 

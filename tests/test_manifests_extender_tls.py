@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from extender.command import add_parser
+from gpuqueue.extender.command import add_parser
 from tests.test_manifests_install import MANIFESTS, TLS_FIELDS, find
 
 

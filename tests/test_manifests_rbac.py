@@ -139,7 +139,7 @@ def test_the_deployed_extender_elects_its_leader_where_the_role_grants_the_lease
     them, are those the Role grants (a Lease in kube-system would be refused with 403)."""
     import argparse
 
-    from extender import command
+    from gpuqueue.extender import command
 
     deployment = next(o for o in OBJECTS if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpuqueue-extender")
     container = next(c for c in render.pod_specs(deployment)[0]["containers"] if c["args"][0] == "extender")
@@ -158,7 +158,7 @@ def test_the_deployed_extender_elects_its_leader_where_the_role_grants_the_lease
         command.add_parser(parser.add_subparsers())
         args = parser.parse_args(container["args"])
     assert args.leader_elect
-    from extender.controller.controller import Options
+    from gpuqueue.extender.controller.controller import Options
 
     assert (args.lease_namespace, Options().lease_name) == (NS, access.LEADER_ELECTION_LEASE)
     role_grants = {(sa, scope, name, verb) for sa, scope, _g, res, name, verb in granted() if res == "leases"}

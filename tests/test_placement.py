@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from extender.placement import (FlavorSelector, NodeCache, NodeInfo, NodeVictims, PodRequest, Taint,
+from gpuqueue.extender.placement import (FlavorSelector, NodeCache, NodeInfo, NodeVictims, PodRequest, Taint,
                                 Toleration, cache_of, extender_score, filter_nodes, place, rank_nodes,
                                 score_nodes, summarize, veto)
-from extender.placement.score import MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_NODE_BONUS
-from extender.placement.kube import job_key, node_info_from_dict
+from gpuqueue.extender.placement.score import MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_NODE_BONUS
+from gpuqueue.extender.placement.kube import job_key, node_info_from_dict
 from gpuqueue.api.base import ObjectMeta
 from gpuqueue.api.core import PodSpec
 from gpuqueue.api.podrequests import engine_pod_requests
@@ -270,8 +270,8 @@ def test_node_from_kubernetes_object_and_job_key():
 def test_engine_flavor_check_and_placement_share_one_toleration_rule():
     """A ResourceFlavor's nodeTaints against a pod template's tolerations: the quota engine's
     flavor check and placement's node filter give the same verdict, from the same rules."""
-    from extender.quota.convert import flavor_spec, pod_set_from_template
-    from extender.quota.flavorassigner import FlavorAssigner
+    from gpuqueue.extender.quota.convert import flavor_spec, pod_set_from_template
+    from gpuqueue.extender.quota.flavorassigner import FlavorAssigner
     from gpuqueue.api.core import PodTemplateSpec
     from gpuqueue.api.kueue import ResourceFlavor
 

@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from extender.placement import (FlavorSelector, NodeCache, NodeInfo, PodRequest, Taint, Toleration,
+from gpuqueue.extender.placement import (FlavorSelector, NodeCache, NodeInfo, PodRequest, Taint, Toleration,
                                 extender_scores, filter_nodes, score_nodes)
-from extender.placement.filter import resource_shortage
-from extender.placement.score import rank_values
+from gpuqueue.extender.placement.filter import resource_shortage
+from gpuqueue.extender.placement.score import rank_values
 from gpuqueue.api.scheduling import UNSCHEDULABLE_TAINT, untolerated_taint
 
 PRODUCT = "nvidia.com/gpu.product"

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
-from extender.scheduler import InMemoryClusterView, start
+from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
+from gpuqueue.extender.scheduler import InMemoryClusterView, start
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}

@@ -7,7 +7,7 @@ import random
 
 import orjson
 
-from extender.scheduler.wire import encode_host_priorities
+from gpuqueue.extender.scheduler.wire import encode_host_priorities
 
 
 def test_host_priorities_encode_like_json_for_any_names():

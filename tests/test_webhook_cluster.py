@@ -11,9 +11,9 @@ from pathlib import Path
 from tests.webhook_support import (
     api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
 )
-from webhook.cluster import ClusterView
-from webhook.command import serve
-from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
+from gpuqueue.webhook.cluster import ClusterView
+from gpuqueue.webhook.command import serve
+from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
 
 WATCH_FIXTURE = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api" / "clusterqueues.watch.bookmarks.stream.jsonl"
 
@@ -83,9 +83,9 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from kubernetes_asyncio import client  # noqa: E402
 
-from gpuqueue.testing import ApiServer  # noqa: E402
-from gpuqueue.testing import resources as R  # noqa: E402
-from webhook.cluster import watch_cluster  # noqa: E402
+from tests.standin import ApiServer  # noqa: E402
+from tests.standin import resources as R  # noqa: E402
+from gpuqueue.webhook.cluster import watch_cluster  # noqa: E402
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.webhook_support import PatchError, apply_json_patch, load_review
-from webhook.mutation import (
+from gpuqueue.webhook.mutation import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     ManagedJobsConfig,

@@ -18,9 +18,9 @@ from tests.webhook_support import (
     running_webhook,
     wire,
 )
-from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
-from webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, StaticQueueView
-from webhook.server import WebhookSettings
+from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
+from gpuqueue.webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, StaticQueueView
+from gpuqueue.webhook.server import WebhookSettings
 
 MUTATE, VALIDATE_JOB, VALIDATE_KUEUE = "/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue"
 

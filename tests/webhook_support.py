@@ -63,11 +63,11 @@ from contextlib import asynccontextmanager  # noqa: E402
 
 import aiohttp  # noqa: E402
 
-from certs.generate import ServingIdentity, generate, write_files  # noqa: E402
-from certs.reload import ReloadingTLS  # noqa: E402
-from webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
-from webhook.mutation import QueueView, StaticQueueView  # noqa: E402
-from webhook.server import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
+from gpuqueue.certs.generate import ServingIdentity, generate, write_files  # noqa: E402
+from gpuqueue.certs.reload import ReloadingTLS  # noqa: E402
+from gpuqueue.webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
+from gpuqueue.webhook.mutation import QueueView, StaticQueueView  # noqa: E402
+from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
 
 APISERVER_HEADERS = {
     "User-Agent": "kube-apiserver-admission",

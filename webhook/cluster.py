@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION
+from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -103,7 +103,7 @@ def informers(view: ClusterView, api) -> list:
     """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
 
-    from extender.kube.informer import Informer
+    from gpuqueue.extender.kube.informer import Informer
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     made = []

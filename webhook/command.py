@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
-from webhook.mutation import ManagedJobsConfig
-from webhook.server import DEFAULT_MAX_BODY, WebhookSettings
+from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
+from gpuqueue.webhook.mutation import ManagedJobsConfig
+from gpuqueue.webhook.server import DEFAULT_MAX_BODY, WebhookSettings
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -44,9 +44,9 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
-    from certs.reload import ReloadingTLS
-    from webhook.cluster import ClusterView, load_cluster_config, watch_cluster
-    from webhook.server import AdmissionHandlers, settle_heap, start_server
+    from gpuqueue.certs.reload import ReloadingTLS
+    from gpuqueue.webhook.cluster import ClusterView, load_cluster_config, watch_cluster
+    from gpuqueue.webhook.server import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, QueueView, is_managed, job_queue_name
+from gpuqueue.webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, QueueView, is_managed, job_queue_name
 
 DEFAULT_CONTROLLER_USERNAME = "system:serviceaccount:gpuqueue-system:gpuqueue-controller"
 

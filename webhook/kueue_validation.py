@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gpuqueue.api.quantity import Quantity, QuantityError
-from webhook.fielderrors import (
+from gpuqueue.webhook.fielderrors import (
     FieldError,
     duplicate,
     invalid,

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from webhook import review
-from webhook.fielderrors import aggregate
-from webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
-from webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
-from webhook.mutation import ManagedJobsConfig, QueueView, StaticQueueView, mutate_job
+from gpuqueue.webhook import review
+from gpuqueue.webhook.fielderrors import aggregate
+from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
+from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
+from gpuqueue.webhook.mutation import ManagedJobsConfig, QueueView, StaticQueueView, mutate_job
 
 log = logging.getLogger("gpuqueue.webhook")
 

@@ -15,17 +15,17 @@ import logging
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from extender.controller import kinds as K
-from extender.controller import workload as W
-from extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
-from extender.controller.releases import Releases
-from extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
-from extender.kube import retry_on_conflict
-from extender.quota import decisions as d
-from extender.quota.model import Admission
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
+from gpuqueue.extender.controller.releases import Releases
+from gpuqueue.extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
+from gpuqueue.extender.kube import retry_on_conflict
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota.model import Admission
 
 if TYPE_CHECKING:
-    from extender.controller.controller import Controller, JobState
+    from gpuqueue.extender.controller.controller import Controller, JobState
 
 log = logging.getLogger("gpuqueue.controller")
 

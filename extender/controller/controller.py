@@ -16,20 +16,20 @@ import orjson
 from kubernetes_asyncio import client
 from pydantic import ValidationError
 
-from extender.controller import kinds as K
-from extender.controller import workload as W
-from extender.controller.actions import Actions
-from extender.controller.kubeapi import KubeApi, skip_environment_lookups
-from extender.controller.leader import LeaderElector
-from extender.controller.metrics import Metrics
-from extender.kube import Informer
-from extender.quota import convert
-from extender.quota import decisions as d
-from extender.quota.engine import QuotaEngine
-from extender.quota.fairsharing import FairSharing
-from extender.quota.model import WorkloadSpec
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.actions import Actions
+from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
+from gpuqueue.extender.controller.leader import LeaderElector
+from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.kube import Informer
+from gpuqueue.extender.quota import convert
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.fairsharing import FairSharing
+from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.api import core, kueue
-from webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
 

@@ -8,9 +8,9 @@ import re
 
 from kubernetes_asyncio import client
 
-from extender.controller import kinds as K
-from extender.controller import workload as W
-from extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")

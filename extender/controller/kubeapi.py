@@ -16,8 +16,8 @@ from yarl import URL
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from extender.controller.kinds import Kind
-from extender.kube import TokenBucket
+from gpuqueue.extender.controller.kinds import Kind
+from gpuqueue.extender.kube import TokenBucket
 
 JSON = "application/json"
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")

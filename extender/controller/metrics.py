@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from extender.controller.status import QueueCounts
-    from extender.quota.engine import QuotaEngine
+    from gpuqueue.extender.controller.status import QueueCounts
+    from gpuqueue.extender.quota.engine import QuotaEngine
 
 WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 

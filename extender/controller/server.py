@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender.controller.controller import Controller
+from gpuqueue.extender.controller.controller import Controller
 
 CTL_KEY = web.AppKey("controller", Controller)
 

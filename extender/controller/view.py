@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from extender.controller import workload as W
-from extender.placement.cache import NodeCache
-from extender.placement.kube import InvalidObject, job_key, node_info_from_dict, pod_gpus
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.placement.cache import NodeCache
+from gpuqueue.extender.placement.kube import InvalidObject, job_key, node_info_from_dict, pod_gpus
 from gpuqueue.api.base import Toleration
 from gpuqueue.api.core import Pod
-from extender.placement.model import FlavorSelector
-from extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
+from gpuqueue.extender.placement.model import FlavorSelector
+from gpuqueue.extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
 
 if TYPE_CHECKING:
-    from extender.controller.controller import Controller
+    from gpuqueue.extender.controller.controller import Controller
 
 log = logging.getLogger("gpuqueue.controller")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from extender.quota.model import Admission, FlavorSpec
+from gpuqueue.extender.quota.model import Admission, FlavorSpec
 from gpuqueue.api.quantity import format_engine_int as _format_engine_int
 from gpuqueue.api.quantity import parse_engine_int as _parse_engine_int
 from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL

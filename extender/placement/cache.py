@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from extender.placement.model import FlavorSelector, NodeInfo, Toleration
-from extender.placement.rules import (SAME_DOMAIN_BONUS, SAME_NODE_BONUS, extender_score, judge, packing_value,
+from gpuqueue.extender.placement.model import FlavorSelector, NodeInfo, Toleration
+from gpuqueue.extender.placement.rules import (SAME_DOMAIN_BONUS, SAME_NODE_BONUS, extender_score, judge, packing_value,
                                       tolerates_cordon)
 
 DEFAULT_RESERVATION_TTL = 10.0

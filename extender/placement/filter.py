@@ -15,9 +15,9 @@ from typing import Iterable, Mapping
 
 from gpuqueue.api.quantity import format_engine_int
 
-from extender.placement.cache import NodeCache, NodeState, ScoreCode
-from extender.placement.model import NodeInfo, PodRequest
-from extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
+from gpuqueue.extender.placement.cache import NodeCache, NodeState, ScoreCode
+from gpuqueue.extender.placement.model import NodeInfo, PodRequest
+from gpuqueue.extender.placement.rules import (CORDONED, NOT_CACHED, gpu_shortage, judge, taint_reason,  # noqa: F401
                                       tolerates_cordon)
 
 

@@ -13,7 +13,7 @@ from gpuqueue.api.core import Node, PodSpec
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
 
-from extender.placement.model import GPU_RESOURCE, NodeInfo
+from gpuqueue.extender.placement.model import GPU_RESOURCE, NodeInfo
 
 
 class InvalidObject(ValueError):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from extender.placement.cache import NodeCache
-from extender.placement.filter import filter_nodes, summarize
-from extender.placement.model import PodRequest
-from extender.placement.score import best, rank_nodes
+from gpuqueue.extender.placement.cache import NodeCache
+from gpuqueue.extender.placement.filter import filter_nodes, summarize
+from gpuqueue.extender.placement.model import PodRequest
+from gpuqueue.extender.placement.score import best, rank_nodes
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable
 
-from extender.placement.model import UNSCHEDULABLE_TAINT, Taint, Toleration, untolerated_taint
+from gpuqueue.extender.placement.model import UNSCHEDULABLE_TAINT, Taint, Toleration, untolerated_taint
 
 NOT_CACHED = "node is not in gpuqueue's node cache yet"
 CORDONED = "node is cordoned"

@@ -16,9 +16,9 @@ from itertools import compress, repeat
 from operator import attrgetter
 from typing import Iterable, Mapping
 
-from extender.placement.cache import NodeCache, NodeState, ScoreCode, ScoreProfile
-from extender.placement.model import PodRequest
-from extender.placement.rules import (MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_DOMAIN_BONUS,  # noqa: F401
+from gpuqueue.extender.placement.cache import NodeCache, NodeState, ScoreCode, ScoreProfile
+from gpuqueue.extender.placement.model import PodRequest
+from gpuqueue.extender.placement.rules import (MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_DOMAIN_BONUS,  # noqa: F401
                                       SAME_NODE_BONUS, extender_score, packing_value)
 
 _EMPTY = NodeState("")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from extender.quota.fairsharing import FairSharing
+from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.api import core, kueue
 from gpuqueue.api.duration import parse_duration
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
-from extender.quota.model import (
+from gpuqueue.extender.quota.model import (
     ClusterQueueSpec,
     CohortSpec,
     FlavorResource,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from extender.quota.model import Admission
+from gpuqueue.extender.quota.model import Admission
 
 
 @dataclass(frozen=True, slots=True)

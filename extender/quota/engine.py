@@ -15,13 +15,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from extender.quota import decisions as d
-from extender.quota import flavorassigner as fa
-from extender.quota.fairsharing import FairSharing
-from extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
-from extender.quota.preemption import ClassicalPreemptor, Target
-from extender.quota.queues import ClusterQueueQueue, PendingGroup
-from extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota import flavorassigner as fa
+from gpuqueue.extender.quota.fairsharing import FairSharing
+from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
+from gpuqueue.extender.quota.preemption import ClassicalPreemptor, Target
+from gpuqueue.extender.quota.queues import ClusterQueueQueue, PendingGroup
+from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
 from gpuqueue.api.labelselector import selector_matches
 
 MAX_ROUNDS_PER_WORKLOAD = 50  # a safety net against a preemption cycle; never reached in practice

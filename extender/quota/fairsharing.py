@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from extender.quota.model import FlavorResource, WorkloadSpec
-from extender.quota.preemption import (
+from gpuqueue.extender.quota.model import FlavorResource, WorkloadSpec
+from gpuqueue.extender.quota.preemption import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
     IN_COHORT_RECLAIM_WHILE_BORROWING,
@@ -24,10 +24,10 @@ from extender.quota.preemption import (
 )
 
 if TYPE_CHECKING:
-    from extender.quota import flavorassigner as fa
-    from extender.quota.preemption import ClassicalPreemptor
-    from extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
-    from extender.quota.tree import QuotaNode
+    from gpuqueue.extender.quota import flavorassigner as fa
+    from gpuqueue.extender.quota.preemption import ClassicalPreemptor
+    from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
+    from gpuqueue.extender.quota.tree import QuotaNode
 
 MAX_SHARE = sys.maxsize
 LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from extender.quota.model import ClusterQueueSpec, FlavorResource, FlavorSpec, PodSetSpec, WorkloadSpec
-from extender.quota.tree import QuotaNode
+from gpuqueue.extender.quota.model import ClusterQueueSpec, FlavorResource, FlavorSpec, PodSetSpec, WorkloadSpec
+from gpuqueue.extender.quota.tree import QuotaNode
 from gpuqueue.api.scheduling import untolerated_taint
 from gpuqueue.api.quantity import format_engine_int
 

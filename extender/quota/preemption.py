@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import heapq
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from extender.quota import flavorassigner as fa
-from extender.quota.model import FlavorResource, WorkloadSpec
+from gpuqueue.extender.quota import flavorassigner as fa
+from gpuqueue.extender.quota.model import FlavorResource, WorkloadSpec
 
 if TYPE_CHECKING:
-    from extender.quota.state import AdmittedWorkload, ClusterState
-    from extender.quota.tree import QuotaNode
+    from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState
+    from gpuqueue.extender.quota.tree import QuotaNode
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import insort
 from dataclasses import dataclass, field
 
-from extender.quota.state import PendingWorkload
+from gpuqueue.extender.quota.state import PendingWorkload
 
 
 def signature(p: PendingWorkload, order_by_creation: bool) -> tuple:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
-from extender.quota.tree import QuotaNode, rebuild_subtree
+from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, CohortSpec, FlavorSpec, LocalQueueSpec, WorkloadSpec
+from gpuqueue.extender.quota.tree import QuotaNode, rebuild_subtree
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ answered by walking this one tree.
 
 from __future__ import annotations
 
-from extender.quota.model import FlavorResource, Quota
+from gpuqueue.extender.quota.model import FlavorResource, Quota
 
 _NO_QUOTA = Quota(0)
 

@@ -12,12 +12,12 @@ from typing import Callable
 
 import orjson
 
-from certs.reload import ReloadingTLS
-from extender.scheduler.memo import PodMemo
-from extender.scheduler.server import JSON, TEXT, Answer, Connection, Route, Server
-from extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
-from extender.scheduler.view import ClusterView
-from extender.scheduler.wire import filter_error, preemption_result
+from gpuqueue.certs.reload import ReloadingTLS
+from gpuqueue.extender.scheduler.memo import PodMemo
+from gpuqueue.extender.scheduler.server import JSON, TEXT, Answer, Connection, Route, Server
+from gpuqueue.extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
+from gpuqueue.extender.scheduler.view import ClusterView
+from gpuqueue.extender.scheduler.wire import filter_error, preemption_result
 
 log = logging.getLogger("gpuqueue.extender")
 

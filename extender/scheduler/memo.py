@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from extender.scheduler.wire import Pod
+    from gpuqueue.extender.scheduler.wire import Pod
 
 DEFAULT_SIZE = 8  # kube-scheduler runs one scheduling cycle at a time; more would only keep memory cold
 # Entries are found by the length and the start of the pod's JSON (metadata first: name,

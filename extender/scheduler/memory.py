@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from extender.placement.cache import NodeCache
+from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.api.base import ObjectMeta
 
-from extender.placement.kube import job_key
-from extender.placement.model import FlavorSelector
-from extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
+from gpuqueue.extender.placement.kube import job_key
+from gpuqueue.extender.placement.model import FlavorSelector
+from gpuqueue.extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
 
 
 class InMemoryClusterView:

@@ -8,14 +8,14 @@ from itertools import compress
 
 import orjson
 
-from extender.placement.filter import filter_nodes
-from extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
-from extender.placement.model import NodeInfo, PodRequest
-from extender.placement.preemption import NodeVictims, veto
-from extender.placement.score import extender_scores
-from extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
-from extender.scheduler.memo import DecodedPod, PodMemo
-from extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
+from gpuqueue.extender.placement.filter import filter_nodes
+from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
+from gpuqueue.extender.placement.model import NodeInfo, PodRequest
+from gpuqueue.extender.placement.preemption import NodeVictims, veto
+from gpuqueue.extender.placement.score import extender_scores
+from gpuqueue.extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
+from gpuqueue.extender.scheduler.memo import DecodedPod, PodMemo
+from gpuqueue.extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
                                      encode_filter_result, encode_host_priorities, filter_error, filter_result,
                                      preemption_result, split_names_request)
 

@@ -10,8 +10,8 @@ from typing import Protocol, Union
 
 from gpuqueue.api.base import ObjectMeta
 
-from extender.placement.cache import NodeCache
-from extender.placement.model import FlavorSelector
+from gpuqueue.extender.placement.cache import NodeCache
+from gpuqueue.extender.placement.model import FlavorSelector
 
 PodRef = ObjectMeta  # a pod's identity: namespace, name, uid, labels, ownerReferences
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuqueue.api.base import ObjectMeta
 
-from extender.placement.kube import describe
+from gpuqueue.extender.placement.kube import describe
 
 
 class _Wire(BaseModel):

@@ -7,7 +7,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from extender.simulate.scenario import ScenarioError, load_scenario
+from gpuqueue.extender.simulate.scenario import ScenarioError, load_scenario
 
 BUNDLED = "flame.yaml"
 
@@ -23,14 +23,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _read(path: str | None) -> tuple[str, str]:
     if path is None:
-        return resources.files("extender.simulate").joinpath("examples", BUNDLED).read_text(), BUNDLED
+        return resources.files("gpuqueue.extender.simulate").joinpath("examples", BUNDLED).read_text(), BUNDLED
     if path == "-":
         return sys.stdin.read(), "<stdin>"
     return Path(path).read_text(encoding="utf-8"), path
 
 
 def run(args: argparse.Namespace) -> int:
-    from extender.simulate.output import render
+    from gpuqueue.extender.simulate.output import render
 
     try:
         text, source = _read(args.scenario)

@@ -6,8 +6,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from extender.simulate.runner import Simulation, Step
-from extender.simulate.scenario import Scenario
+from gpuqueue.extender.simulate.runner import Simulation, Step
+from gpuqueue.extender.simulate.scenario import Scenario
 
 GPU = "nvidia.com/gpu"
 
@@ -31,7 +31,7 @@ def render(scenario: Scenario, mode: str, until: float | None, plot: str | None,
     else:
         out.write(text.summary(summary))
     if plot:
-        from extender.simulate.plot import write_plot
+        from gpuqueue.extender.simulate.plot import write_plot
 
         write_plot(history, sim, plot)
     return 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.placement.cache import NodeCache
-from extender.placement.kube import node_info
-from extender.placement.model import GPU_RESOURCE, FlavorSelector, PodRequest, Toleration
-from extender.placement.place import place
-from extender.quota.engine import QuotaEngine
-from extender.quota.model import Admission
+from gpuqueue.extender.placement.cache import NodeCache
+from gpuqueue.extender.placement.kube import node_info
+from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector, PodRequest, Toleration
+from gpuqueue.extender.placement.place import place
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.model import Admission
 from gpuqueue.api import core
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from extender.simulate.runner import Simulation, Step
+    from gpuqueue.extender.simulate.runner import Simulation, Step
 
 
 def write_plot(history: list["Step"], sim: "Simulation", path: str) -> None:
@@ -14,7 +14,7 @@ def write_plot(history: list["Step"], sim: "Simulation", path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from extender.simulate.output import GPU
+    from gpuqueue.extender.simulate.output import GPU
 
     series: dict[tuple[str, str], list[tuple[float, float]]] = {}
     current: dict[tuple[str, str], float] = {}

@@ -9,13 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from extender.quota import convert
-from extender.quota import decisions as d
-from extender.quota.engine import QuotaEngine
-from extender.simulate.placement import NodePlacer
-from extender.simulate.scenario import Event, Scenario, job_key, job_runtime
+from gpuqueue.extender.quota import convert
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.simulate.placement import NodePlacer
+from gpuqueue.extender.simulate.scenario import Event, Scenario, job_key, job_runtime
 from gpuqueue.api import core, kueue
-from webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
+from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 

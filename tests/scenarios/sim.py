@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from extender.simulate.output import render
-from extender.simulate.scenario import load_scenario
+from gpuqueue.extender.simulate.output import render
+from gpuqueue.extender.simulate.scenario import load_scenario
 
 HERE = Path(__file__).parent
 

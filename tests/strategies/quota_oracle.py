@@ -18,9 +18,9 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from extender.quota import decisions as d
-from extender.quota.engine import QuotaEngine
-from extender.quota.fairsharing import FairSharing
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.fairsharing import FairSharing
 from tests.strategies.quota_world import (
     NAMESPACES,
     Advance,

@@ -15,7 +15,7 @@ from typing import NamedTuple, Union
 
 from hypothesis import strategies as st
 
-from extender.quota.model import (
+from gpuqueue.extender.quota.model import (
     ClusterQueueSpec,
     CohortSpec,
     FlavorSpec,

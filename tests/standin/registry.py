@@ -16,7 +16,7 @@ from typing import Callable
 from . import patches
 from . import resources as R
 from . import status as S
-from . import strategies
+from . import rules
 from .resources import ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Key, Store, StoredEvent, json_copy
@@ -57,9 +57,9 @@ class Cluster:
     # --- helpers -----------------------------------------------------------------------------------
 
     def render(self, rt: ResourceType, stored: dict) -> dict:
-        obj = strategies.event_from_storage(rt, stored) if rt.storage_key == "events" else dict(stored)
+        obj = rules.event_from_storage(rt, stored) if rt.storage_key == "events" else dict(stored)
         obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
-        return strategies.canonical(rt, obj)
+        return rules.canonical(rt, obj)
 
     def _key(self, rt: ResourceType, namespace: str | None, name: str) -> Key:
         return (namespace or "" if rt.namespaced else "", name)
@@ -182,7 +182,7 @@ class Cluster:
         """`owned`: the body is the caller's to give away (decoded from a request), no copy needed."""
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise S.bad_request(f"the body of the request could not be decoded as a {rt.kind}")
-        obj = strategies.event_to_storage(rt, body if owned else json_copy(body))
+        obj = rules.event_to_storage(rt, body if owned else json_copy(body))
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         meta = obj.setdefault("metadata", {})
@@ -198,7 +198,7 @@ class Cluster:
                 meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_CHARS, k=5))
             else:
                 raise S.invalid(rt, "", [S.FieldError.required("metadata.name", "name or generateName is required")])
-        errs = strategies.name_errors(rt, meta["name"])
+        errs = rules.name_errors(rt, meta["name"])
         if errs:
             raise S.invalid(rt, meta["name"], errs)
         self._require_namespace(rt, namespace)
@@ -210,15 +210,15 @@ class Cluster:
                   "selfLink"):
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = strategies.fmt_time(strategies.now())
+        meta["creationTimestamp"] = rules.fmt_time(rules.now())
         if rt.has_generation:
             meta["generation"] = 1
         if rt.status_subresource and rt is not R.NODES:
             obj.pop("status", None)
         if not rt.custom:
-            strategies.normalize_times(obj, rt.kind)
-        strategies.apply_defaults(rt, obj)
-        errs = strategies.prepare_create(rt, obj)
+            rules.normalize_times(obj, rt.kind)
+        rules.apply_defaults(rt, obj)
+        errs = rules.prepare_create(rt, obj)
         if rt is R.PODS:
             errs += self._prepare_pod(obj)
         if errs:
@@ -230,7 +230,7 @@ class Cluster:
 
     def _prepare_pod(self, pod: dict) -> list:
         spec = pod.setdefault("spec", {})
-        strategies.default_pod_spec(spec, pod=True)
+        rules.default_pod_spec(spec, pod=True)
         value, policy = None, None
         pc_name = spec.get("priorityClassName")
         if pc_name:
@@ -240,7 +240,7 @@ class Cluster:
                                  f'forbidden: no PriorityClass with name {pc_name} was found', {
                                      "name": pod["metadata"]["name"], "kind": "pods"}))
             value, policy = pc.get("value"), pc.get("preemptionPolicy")
-        return strategies.prepare_pod_create(pod, value, policy)
+        return rules.prepare_pod_create(pod, value, policy)
 
     # --- update / patch ------------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class Cluster:
         old = self._lookup(rt, namespace, name)
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise S.bad_request(f"the body of the request could not be decoded as a {rt.kind}")
-        new = strategies.event_to_storage(rt, body if owned else json_copy(body))
+        new = rules.event_to_storage(rt, body if owned else json_copy(body))
         new.pop("kind", None)
         new.pop("apiVersion", None)
         meta = new.setdefault("metadata", {})
@@ -289,13 +289,13 @@ class Cluster:
                 else:
                     new.pop("status", None)
             if not rt.custom:
-                strategies.normalize_times(new, rt.kind)
-            strategies.apply_defaults(rt, new)
-            errs = strategies.update_errors(rt, new, old)
+                rules.normalize_times(new, rt.kind)
+            rules.apply_defaults(rt, new)
+            errs = rules.update_errors(rt, new, old)
             if errs:
                 raise S.invalid(rt, name, errs)
         if not rt.custom and subresource == "status" and "status" in new:
-            strategies.normalize_times(new["status"], rt.kind)  # the rest is the stored object's, canonical
+            rules.normalize_times(new["status"], rt.kind)  # the rest is the stored object's, canonical
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if rt.has_generation and _spec_part(new) != _spec_part(old):
             meta["generation"] = old["metadata"].get("generation", 0) + 1
@@ -359,15 +359,15 @@ class Cluster:
                 "terminationGracePeriodSeconds", 30)
             if grace and not finalizers:
                 if not nmeta.get("deletionTimestamp"):
-                    at = strategies.now() + datetime.timedelta(seconds=grace)
-                    nmeta["deletionTimestamp"] = strategies.fmt_time(at)
+                    at = rules.now() + datetime.timedelta(seconds=grace)
+                    nmeta["deletionTimestamp"] = rules.fmt_time(at)
                     nmeta["deletionGracePeriodSeconds"] = grace
                     self._commit(rt, "MODIFIED", new, old, verb)
                     self._kubelet_removal(rt, namespace, name, nmeta["uid"])
                 return self.render(rt, self._lookup(rt, namespace, name))
         if finalizers:
             if not nmeta.get("deletionTimestamp"):
-                nmeta["deletionTimestamp"] = strategies.fmt_time(strategies.now())
+                nmeta["deletionTimestamp"] = rules.fmt_time(rules.now())
                 nmeta["deletionGracePeriodSeconds"] = 0
             nmeta["finalizers"] = finalizers
             if new != old:

@@ -8,7 +8,7 @@ import asyncio
 import copy
 
 from . import resources as R
-from . import strategies
+from . import rules
 from .registry import Cluster, Write
 
 
@@ -67,7 +67,7 @@ class JobController:
         if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
                for c in status.get("conditions") or ()):
             return
-        now = strategies.fmt_time(strategies.now())
+        now = rules.fmt_time(rules.now())
         spec = job["spec"]
         pods = self._pods(job)
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -125,7 +125,7 @@ class JobController:
         if job is None:
             return 0
         done = 0
-        now = strategies.fmt_time(strategies.now())
+        now = rules.fmt_time(rules.now())
         for pod in self._pods(job):
             if count is not None and done >= count:
                 break
