@@ -10,15 +10,16 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY gpuqueue ./gpuqueue
 COPY extender ./extender
 COPY webhook ./webhook
 COPY certs ./certs
-# Every dependency ships wheels for CPython 3.11 on amd64 and arm64: no compiler needed.
+# The versions are the tested set in constraints.txt. Every dependency ships wheels for CPython
+# 3.11 on amd64 and arm64: no compiler needed.
 # pip and setuptools leave the virtualenv once gpuqueue is installed.
 RUN python -m venv /opt/gpuqueue \
-    && /opt/gpuqueue/bin/pip install --no-cache-dir /src \
+    && /opt/gpuqueue/bin/pip install --no-cache-dir -c /src/constraints.txt /src \
     && /opt/gpuqueue/bin/pip uninstall --yes pip setuptools
 
 # --- runtime: the virtualenv only, as a numeric non-root user ------------------------------

@@ -158,7 +158,7 @@ def build_context(dest: Path) -> None:
 def test_dockerignore_keeps_the_context_small(tmp_path):
     build_context(tmp_path)
     top = {p.name for p in tmp_path.iterdir()}
-    assert top <= {"pyproject.toml", "README.md", "gpuqueue", "extender", "webhook", "certs"}
+    assert top <= {"pyproject.toml", "README.md", "constraints.txt", "gpuqueue", "extender", "webhook", "certs"}
     assert not list(tmp_path.rglob("__pycache__"))
     assert not (tmp_path / "tests").exists() and not (tmp_path / ".git").exists()
 
