@@ -164,7 +164,7 @@ class Harness:
     async def edit(self, kind, namespace: str | None, name: str, fn) -> dict:
         """Read-modify-write as a user would with kubectl edit, retried on conflict (the
         controller writes status concurrently)."""
-        from gpuqueue.extender.kube import retry_on_conflict
+        from gpuqueue.kube import retry_on_conflict
 
         def change(obj):
             fn(obj)

@@ -1,4 +1,4 @@
-"""The webhook's view of the cluster, kept current by informers (extender/kube/informer.py).
+"""The webhook's view of the cluster, kept current by informers (gpuqueue/kube/informer.py).
 
 ``ClusterView`` answers the QueueView and CohortView questions from dictionaries kept
 current by ``apply_event``; ``watch_cluster`` runs one informer per watched kind (list,
@@ -103,7 +103,7 @@ def informers(view: ClusterView, api) -> list:
     """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
 
-    from gpuqueue.extender.kube.informer import Informer
+    from gpuqueue.kube.informer import Informer
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     made = []

@@ -22,7 +22,7 @@ from gpuqueue.extender.controller.actions import Actions
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.kube import Informer
+from gpuqueue.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
