@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,26 +78,6 @@ class ClusterView:
                 self.default_classes[name] = int(obj.get("value") or 0)
 
 
-async def load_cluster_config() -> bool:
-    """In-cluster service account, else kubeconfig; False when neither is there."""
-    from kubernetes_asyncio import config
-
-    try:
-        config.load_incluster_config()
-        return True
-    except config.ConfigException:
-        pass
-    # KUBECONFIG read now: kubernetes_asyncio reads it once, at import.
-    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    if not any(os.path.exists(p) for p in paths.split(os.pathsep) if p):
-        return False  # checked here so the caller's one warning is the only one
-    try:
-        await config.load_kube_config(config_file=paths)
-        return True
-    except (config.ConfigException, FileNotFoundError, OSError, TypeError):
-        return False
-
-
 def informers(view: ClusterView, api) -> list:
     """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
@@ -123,7 +102,7 @@ def informers(view: ClusterView, api) -> list:
 
 async def watch_cluster(view: ClusterView, configuration=None) -> None:
     """Keep ``view`` current until cancelled (``configuration``: a kubernetes_asyncio Configuration,
-    by default the one ``load_cluster_config`` loaded)."""
+    from ``gpuqueue.kube.config.load_config``; by default kubernetes_asyncio's default one)."""
     from kubernetes_asyncio import client
 
     async with client.ApiClient(configuration) as api:
