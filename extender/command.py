@@ -70,7 +70,7 @@ async def serve(args: argparse.Namespace) -> int:
         print("gpuqueue extender: --cert-dir is required (or --insecure-http)", file=sys.stderr)
         return 2
     from gpuqueue.extender.quota.convert import fair_sharing_spec
-    from gpuqueue.webhook.mutation import ManagedJobsConfig
+    from gpuqueue.jobframework.managed import ManagedJobsConfig
 
     try:
         cfg = load_configuration(args.config)

@@ -13,7 +13,8 @@ from tests.webhook_support import (
 )
 from gpuqueue.webhook.cluster import ClusterView
 from gpuqueue.webhook.command import serve
-from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
+from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig
+from gpuqueue.jobframework.mutation import mutate_job
 
 WATCH_FIXTURE = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api" / "clusterqueues.watch.bookmarks.stream.jsonl"
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION
+from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION
 
 log = logging.getLogger("gpuqueue.webhook")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
-from gpuqueue.webhook.mutation import ManagedJobsConfig
+from gpuqueue.jobframework.managed import ManagedJobsConfig
 from gpuqueue.webhook.server import DEFAULT_MAX_BODY, WebhookSettings
 
 log = logging.getLogger("gpuqueue.webhook")

@@ -29,7 +29,7 @@ from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.api import core, kueue
-from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
 
