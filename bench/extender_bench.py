@@ -47,7 +47,7 @@ import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
-from gpuqueue.certs.reload import ReloadingTLS  # noqa: E402
+from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.extender.scheduler import InMemoryClusterView, routes  # noqa: E402
 from gpuqueue.extender.scheduler.memo import PodMemo  # noqa: E402
 from gpuqueue.extender.scheduler.server import JSON, Answer, Route, Server  # noqa: E402

@@ -51,7 +51,7 @@ PATH = "/mutate-batch-v1-job"
 
 def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
     pin(SERVER_CPU)
-    from gpuqueue.certs.reload import ReloadingTLS
+    from gpuqueue.tls import ReloadingTLS
     from gpuqueue.webhook.kueue_validation import NoCohorts
     from gpuqueue.jobframework.managed import StaticQueueView
     from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, settle_heap, start_server

@@ -44,7 +44,7 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
-    from gpuqueue.certs.reload import ReloadingTLS
+    from gpuqueue.tls import ReloadingTLS
     from gpuqueue.kube.config import ClusterConfigError, load_config
     from gpuqueue.webhook.cluster import ClusterView, watch_cluster
     from gpuqueue.webhook.server import AdmissionHandlers, settle_heap, start_server
