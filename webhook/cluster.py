@@ -1,10 +1,11 @@
 """The webhook's view of the cluster, kept current by informers (gpuqueue/kube/informer.py).
 
-``ClusterView`` answers the QueueView and CohortView questions from dictionaries kept
-current by ``apply_event``; ``watch_cluster`` runs one informer per watched kind (list,
-then watch; relist on 410, resume after a dropped stream) and feeds its add/update/delete
-callbacks to the view. Without a cluster the webhook runs on an empty view: Jobs that
-carry the queue label are still queued.
+``WatchedQueueView`` answers the questions of the webhook's decisions (QueueView: does this
+LocalQueue exist, a namespace's labels, the default WorkloadPriorityClass; CohortView: a
+Cohort's parent) from dictionaries of the watched objects kept current by ``apply_event``;
+``watch_cluster`` runs one informer per watched kind (list, then watch; relist on 410, resume
+after a dropped stream) and feeds its add/update/delete callbacks to the view. Without a
+cluster the webhook runs on an empty view: Jobs that carry the queue label are still queued.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 WATCHED = ("namespaces", "localqueues", "cohorts", "workloadpriorityclasses")
 
 
-class ClusterView:
+class WatchedQueueView:
     def __init__(self) -> None:
         self.local_queues: set[tuple[str, str]] = set()
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -78,7 +79,7 @@ class ClusterView:
                 self.default_classes[name] = int(obj.get("value") or 0)
 
 
-def informers(view: ClusterView, api) -> list:
+def informers(view: WatchedQueueView, api) -> list:
     """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
 
@@ -100,7 +101,7 @@ def informers(view: ClusterView, api) -> list:
     return made
 
 
-async def watch_cluster(view: ClusterView, configuration=None) -> None:
+async def watch_cluster(view: WatchedQueueView, configuration=None) -> None:
     """Keep ``view`` current until cancelled (``configuration``: a kubernetes_asyncio Configuration,
     from ``gpuqueue.kube.config.load_config``; by default kubernetes_asyncio's default one)."""
     from kubernetes_asyncio import client

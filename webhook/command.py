@@ -46,7 +46,7 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.kube.config import ClusterConfigError, load_config
-    from gpuqueue.webhook.cluster import ClusterView, watch_cluster
+    from gpuqueue.webhook.cluster import WatchedQueueView, watch_cluster
     from gpuqueue.webhook.server import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
@@ -54,7 +54,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         tls = ReloadingTLS(args.cert_dir)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"gpuqueue webhook: cannot load tls.crt/tls.key from {args.cert_dir}: {exc}")
-    view = ClusterView()
+    view = WatchedQueueView()
     tasks = [asyncio.create_task(tls.watch(args.cert_check_seconds))]
     try:
         configuration = await load_config()
