@@ -54,7 +54,7 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.webhook.kueue_validation import NoCohorts
     from gpuqueue.jobframework.managed import StaticQueueView
-    from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, settle_heap, start_server
+    from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, settle_heap, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))

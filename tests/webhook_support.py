@@ -67,7 +67,7 @@ from gpuqueue.certs.generate import ServingIdentity, generate, write_files  # no
 from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
 from gpuqueue.jobframework.managed import QueueView, StaticQueueView  # noqa: E402
-from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
+from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
 
 APISERVER_HEADERS = {
     "User-Agent": "kube-apiserver-admission",

@@ -12,7 +12,7 @@ import yaml
 
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
 from gpuqueue.jobframework.managed import ManagedJobsConfig
-from gpuqueue.webhook.server import DEFAULT_MAX_BODY, WebhookSettings
+from gpuqueue.webhook.app import DEFAULT_MAX_BODY, WebhookSettings
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -47,7 +47,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.kube.config import ClusterConfigError, load_config
     from gpuqueue.webhook.cluster import WatchedQueueView, watch_cluster
-    from gpuqueue.webhook.server import AdmissionHandlers, settle_heap, start_server
+    from gpuqueue.webhook.app import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
     try:
