@@ -15,7 +15,7 @@ bodies). A variant is ``KIND/TRANSPORT/LOOP``:
   (SOURCE is a file, or ``git:REV`` for extender/scheduler/app.py at that revision; ``ext:cur``
   is the checkout's own app.py). Only the HTTP layer differs between two ``ext`` variants: they
   import the same verbs.
-- TRANSPORT ``http`` or ``https`` (the extender's TLS context, certs/reload.py); LOOP ``asyncio``
+- TRANSPORT ``http`` or ``https`` (the extender's TLS context, gpuqueue/tls.py); LOOP ``asyncio``
   or ``uvloop`` (not a dependency of gpuqueue: ``pip install uvloop`` to measure it).
 
 Rounds alternate the variants (the order rotates every round), so that a change of the shared
@@ -114,7 +114,7 @@ def serve(variant: str, app_source: str | None, cert_dir: str, port_q: mp.Queue)
     pin(SERVER_CPU)
     kind, transport, loop_kind = variant.split("/")
     https = transport == "https"
-    from gpuqueue.certs.reload import ReloadingTLS
+    from gpuqueue.tls import ReloadingTLS
     ctx = ReloadingTLS(Path(cert_dir)).context if https else None
 
     async def bare(request: web.Request) -> web.Response:

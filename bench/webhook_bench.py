@@ -51,10 +51,10 @@ PATH = "/mutate-batch-v1-job"
 
 def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
     pin(SERVER_CPU)
-    from gpuqueue.certs.reload import ReloadingTLS
+    from gpuqueue.tls import ReloadingTLS
     from gpuqueue.webhook.kueue_validation import NoCohorts
-    from gpuqueue.webhook.mutation import StaticQueueView
-    from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, settle_heap, start_server
+    from gpuqueue.jobframework.managed import StaticQueueView
+    from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, settle_heap, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))
@@ -200,7 +200,8 @@ def main() -> None:
 
     from gpuqueue.certs.generate import ServingIdentity, generate, write_files
     from gpuqueue.webhook import review
-    from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, mutate_job
+    from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
+    from gpuqueue.jobframework.mutation import mutate_job
 
     use_wrk = shutil.which("wrk") is not None and not args.python_load
     doc = json.loads(FIXTURE.read_text())

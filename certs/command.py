@@ -56,16 +56,19 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_ensure(args: argparse.Namespace) -> int:
     from gpuqueue.certs.ensure import ensure
-    from gpuqueue.webhook.cluster import load_cluster_config
+    from gpuqueue.kube.config import ClusterConfigError, load_config
 
     identity = _identity(args)
 
     async def main() -> int:
-        if not await load_cluster_config():
-            print("gpuqueue certs ensure: no cluster (no in-cluster service account, no kubeconfig)", file=sys.stderr)
+        try:
+            configuration = await load_config()
+        except ClusterConfigError as exc:
+            print(f"gpuqueue certs ensure: no cluster ({exc})", file=sys.stderr)
             return 1
         while True:
-            print(await ensure(args.namespace, args.secret, identity, args.webhook_config, args.out))
+            print(await ensure(args.namespace, args.secret, identity, args.webhook_config, args.out,
+                               configuration=configuration))
             if args.every <= 0:
                 return 0
             await asyncio.sleep(args.every)

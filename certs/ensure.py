@@ -99,8 +99,8 @@ async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, we
                  out: Path | None = None, *, configuration=None, now: dt.datetime | None = None) -> str:
     """One pass: Secret, caBundle injection, optional files. Returns what was done.
 
-    ``configuration``: a kubernetes_asyncio Configuration (default: the one loaded by
-    ``load_cluster_config``); ``now``: the time the renewal decision is made at."""
+    ``configuration``: a kubernetes_asyncio Configuration (``gpuqueue.kube.config.load_config``;
+    default: kubernetes_asyncio's default one); ``now``: the time the renewal decision is made at."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.rest import ApiException
 

@@ -39,17 +39,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(run=run_explain)
 
 
-async def load_client(kubeconfig: str | None):
-    from kubernetes_asyncio import client, config
-
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    return client.ApiClient(cfg)
-
-
 def load_configuration(path: Path | None):
     """Kueue's Configuration file; ValueError naming the problem when it cannot be used."""
     import yaml
@@ -75,12 +64,13 @@ async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.server import start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
+    from gpuqueue.kube.config import ClusterConfigError, api_client
 
     if args.cert_dir is None and not args.insecure_http:
         print("gpuqueue extender: --cert-dir is required (or --insecure-http)", file=sys.stderr)
         return 2
     from gpuqueue.extender.quota.convert import fair_sharing_spec
-    from gpuqueue.webhook.mutation import ManagedJobsConfig
+    from gpuqueue.jobframework.managed import ManagedJobsConfig
 
     try:
         cfg = load_configuration(args.config)
@@ -88,7 +78,11 @@ async def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpuqueue extender: {exc}", file=sys.stderr)
         return 2
-    api = await load_client(args.kubeconfig)
+    try:
+        api = await api_client(args.kubeconfig)
+    except ClusterConfigError as exc:
+        print(f"gpuqueue extender: no cluster ({exc})", file=sys.stderr)
+        return 1
     options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
                       lease_namespace=args.lease_namespace, managed_jobs=managed,
                       fair_sharing=fair_sharing_spec(cfg))
@@ -120,13 +114,18 @@ def run(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.explain import explain_job
+    from gpuqueue.kube.config import ClusterConfigError, api_client
 
     if "/" not in args.job:
         print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)
         return 2
 
     async def go() -> int:
-        api = await load_client(args.kubeconfig)
+        try:
+            api = await api_client(args.kubeconfig)
+        except ClusterConfigError as exc:
+            print(f"gpuqueue explain: no cluster ({exc})", file=sys.stderr)
+            return 1
         try:
             text, code = await explain_job(api, args.job)
         finally:

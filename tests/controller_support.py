@@ -18,7 +18,8 @@ from gpuqueue.extender.controller.kubeapi import KubeApi
 from gpuqueue.api.quantity import parse_engine_int as to_engine_int
 from tests.standin import ApiServer, Write
 from tests.standin import resources as R
-from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, mutate_job
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
+from gpuqueue.jobframework.mutation import mutate_job
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "extender" / "simulate" / "examples"
 FAST = Options(debounce=0.005, status_interval=0.05, qps=5000, burst=5000, resubmit_backoff=0.1)
@@ -164,7 +165,7 @@ class Harness:
     async def edit(self, kind, namespace: str | None, name: str, fn) -> dict:
         """Read-modify-write as a user would with kubectl edit, retried on conflict (the
         controller writes status concurrently)."""
-        from gpuqueue.extender.kube import retry_on_conflict
+        from gpuqueue.kube import retry_on_conflict
 
         def change(obj):
             fn(obj)

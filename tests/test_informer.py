@@ -1,4 +1,4 @@
-"""The informer and write helpers of extender/kube against the API server stand-in."""
+"""The informer and write helpers of gpuqueue/kube against the API server stand-in."""
 import asyncio
 import time
 
@@ -6,7 +6,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.extender.kube import ConflictRetriesExhausted, Informer, TokenBucket, retry_on_conflict
+from gpuqueue.kube import ConflictRetriesExhausted, Informer, TokenBucket, retry_on_conflict
 from tests.standin import ApiServer
 from tests.standin import resources as R
 

@@ -455,7 +455,7 @@ async def test_https_only_unless_plain_http_is_asked_for(pki):
         old = ssl.create_default_context(cafile=str(ca))
         old.maximum_version = ssl.TLSVersion.TLSv1_1
         old.minimum_version = ssl.TLSVersion.TLSv1
-        # TLS 1.2 offering only CBC suites (no AEAD): refused, as by the webhook (certs/reload.py)
+        # TLS 1.2 offering only CBC suites (no AEAD): refused, as by the webhook (gpuqueue/tls.py)
         cbc = ssl.create_default_context(cafile=str(ca))
         cbc.maximum_version = ssl.TLSVersion.TLSv1_2
         cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-RSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA:AES128-SHA")

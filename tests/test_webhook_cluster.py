@@ -11,15 +11,16 @@ from pathlib import Path
 from tests.webhook_support import (
     api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
 )
-from gpuqueue.webhook.cluster import ClusterView
+from gpuqueue.webhook.cluster import WatchedQueueView
 from gpuqueue.webhook.command import serve
-from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, mutate_job
+from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig
+from gpuqueue.jobframework.mutation import mutate_job
 
 WATCH_FIXTURE = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api" / "clusterqueues.watch.bookmarks.stream.jsonl"
 
 
 def test_view_answers_from_events():
-    view = ClusterView()
+    view = WatchedQueueView()
     view.apply_event("localqueues", "ADDED", {"metadata": {"namespace": "team-a", "name": "default"}})
     view.apply_event("namespaces", "ADDED", {"metadata": {"name": "team-a", "labels": {"gpu": "yes"}}})
     view.apply_event("workloadpriorityclasses", "ADDED",
@@ -41,7 +42,7 @@ def test_view_answers_from_events():
 
 
 def test_bookmarks_and_recorded_watch_lines_are_harmless():
-    view = ClusterView()
+    view = WatchedQueueView()
     for line in WATCH_FIXTURE.read_text().splitlines():
         event = json.loads(line)
         view.apply_event("cohorts", event["type"], event["object"])  # BOOKMARKs carry no name-bearing change
@@ -113,8 +114,8 @@ async def api():
 
 @pytest.fixture
 async def watched(api):
-    """A ClusterView kept current by watch_cluster against the stand-in."""
-    view = ClusterView()
+    """A WatchedQueueView kept current by watch_cluster against the stand-in."""
+    view = WatchedQueueView()
     task = asyncio.create_task(watch_cluster(view, api.client_configuration()))
     await eventually(view.ready)
     await eventually(lambda: api.open_watches == len(view.sources))

@@ -7,14 +7,9 @@ import copy
 import pytest
 
 from tests.webhook_support import PatchError, apply_json_patch, load_review
-from gpuqueue.webhook.mutation import (
-    PRIORITY_CLASS_LABEL,
-    QUEUE_NAME_LABEL,
-    ManagedJobsConfig,
-    StaticQueueView,
-    is_managed,
-    mutate_job,
-)
+from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.jobframework.mutation import mutate_job
 
 CFG = ManagedJobsConfig()
 

@@ -19,8 +19,9 @@ from tests.webhook_support import (
     wire,
 )
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
-from gpuqueue.webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, StaticQueueView
-from gpuqueue.webhook.server import WebhookSettings
+from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
+from gpuqueue.webhook.app import WebhookSettings
 
 MUTATE, VALIDATE_JOB, VALIDATE_KUEUE = "/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue"
 

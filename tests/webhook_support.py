@@ -64,10 +64,10 @@ from contextlib import asynccontextmanager  # noqa: E402
 import aiohttp  # noqa: E402
 
 from gpuqueue.certs.generate import ServingIdentity, generate, write_files  # noqa: E402
-from gpuqueue.certs.reload import ReloadingTLS  # noqa: E402
+from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
-from gpuqueue.webhook.mutation import QueueView, StaticQueueView  # noqa: E402
-from gpuqueue.webhook.server import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
+from gpuqueue.jobframework.managed import QueueView, StaticQueueView  # noqa: E402
+from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
 
 APISERVER_HEADERS = {
     "User-Agent": "kube-apiserver-admission",

@@ -1,21 +1,21 @@
-"""The webhook's view of the cluster, kept current by informers (extender/kube/informer.py).
+"""The webhook's view of the cluster, kept current by informers (gpuqueue/kube/informer.py).
 
-``ClusterView`` answers the QueueView and CohortView questions from dictionaries kept
-current by ``apply_event``; ``watch_cluster`` runs one informer per watched kind (list,
-then watch; relist on 410, resume after a dropped stream) and feeds its add/update/delete
-callbacks to the view. Without a cluster the webhook runs on an empty view: Jobs that
-carry the queue label are still queued.
+``WatchedQueueView`` answers the questions of the webhook's decisions (QueueView: does this
+LocalQueue exist, a namespace's labels, the default WorkloadPriorityClass; CohortView: a
+Cohort's parent) from dictionaries of the watched objects kept current by ``apply_event``;
+``watch_cluster`` runs one informer per watched kind (list, then watch; relist on 410, resume
+after a dropped stream) and feeds its add/update/delete callbacks to the view. Without a
+cluster the webhook runs on an empty view: Jobs that carry the queue label are still queued.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION
+from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -23,7 +23,7 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 WATCHED = ("namespaces", "localqueues", "cohorts", "workloadpriorityclasses")
 
 
-class ClusterView:
+class WatchedQueueView:
     def __init__(self) -> None:
         self.local_queues: set[tuple[str, str]] = set()
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -79,31 +79,11 @@ class ClusterView:
                 self.default_classes[name] = int(obj.get("value") or 0)
 
 
-async def load_cluster_config() -> bool:
-    """In-cluster service account, else kubeconfig; False when neither is there."""
-    from kubernetes_asyncio import config
-
-    try:
-        config.load_incluster_config()
-        return True
-    except config.ConfigException:
-        pass
-    # KUBECONFIG read now: kubernetes_asyncio reads it once, at import.
-    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    if not any(os.path.exists(p) for p in paths.split(os.pathsep) if p):
-        return False  # checked here so the caller's one warning is the only one
-    try:
-        await config.load_kube_config(config_file=paths)
-        return True
-    except (config.ConfigException, FileNotFoundError, OSError, TypeError):
-        return False
-
-
-def informers(view: ClusterView, api) -> list:
+def informers(view: WatchedQueueView, api) -> list:
     """One informer per watched kind, feeding ``view``; ``view.ready()`` follows their first lists."""
     from kubernetes_asyncio import client
 
-    from gpuqueue.extender.kube.informer import Informer
+    from gpuqueue.kube.informer import Informer
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     made = []
@@ -121,9 +101,9 @@ def informers(view: ClusterView, api) -> list:
     return made
 
 
-async def watch_cluster(view: ClusterView, configuration=None) -> None:
+async def watch_cluster(view: WatchedQueueView, configuration=None) -> None:
     """Keep ``view`` current until cancelled (``configuration``: a kubernetes_asyncio Configuration,
-    by default the one ``load_cluster_config`` loaded)."""
+    from ``gpuqueue.kube.config.load_config``; by default kubernetes_asyncio's default one)."""
     from kubernetes_asyncio import client
 
     async with client.ApiClient(configuration) as api:

@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
-from gpuqueue.webhook.mutation import ManagedJobsConfig
-from gpuqueue.webhook.server import DEFAULT_MAX_BODY, WebhookSettings
+from gpuqueue.jobframework.managed import ManagedJobsConfig
+from gpuqueue.webhook.app import DEFAULT_MAX_BODY, WebhookSettings
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -44,24 +44,27 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
-    from gpuqueue.certs.reload import ReloadingTLS
-    from gpuqueue.webhook.cluster import ClusterView, load_cluster_config, watch_cluster
-    from gpuqueue.webhook.server import AdmissionHandlers, settle_heap, start_server
+    from gpuqueue.tls import ReloadingTLS
+    from gpuqueue.kube.config import ClusterConfigError, load_config
+    from gpuqueue.webhook.cluster import WatchedQueueView, watch_cluster
+    from gpuqueue.webhook.app import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
     try:
         tls = ReloadingTLS(args.cert_dir)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"gpuqueue webhook: cannot load tls.crt/tls.key from {args.cert_dir}: {exc}")
-    view = ClusterView()
+    view = WatchedQueueView()
     tasks = [asyncio.create_task(tls.watch(args.cert_check_seconds))]
-    if await load_cluster_config():
-        tasks.append(asyncio.create_task(watch_cluster(view)))
-        ready = view.ready
-    else:
-        log.warning("no cluster found (no in-cluster service account, no kubeconfig): serving without a queue view; "
-                    "only Jobs that carry the kueue.x-k8s.io/queue-name label are queued")
+    try:
+        configuration = await load_config()
+    except ClusterConfigError as exc:
+        log.warning("no cluster found (%s): serving without a queue view; "
+                    "only Jobs that carry the kueue.x-k8s.io/queue-name label are queued", exc)
         ready = lambda: True  # noqa: E731
+    else:
+        tasks.append(asyncio.create_task(watch_cluster(view, configuration)))
+        ready = view.ready
     handlers = AdmissionHandlers(settings, view, view, ready)
     server = await start_server(handlers.app(), args.host, args.port, tls.context)
     settle_heap()

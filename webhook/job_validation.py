@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.webhook.mutation import QUEUE_NAME_LABEL, ManagedJobsConfig, QueueView, is_managed, job_queue_name
+from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, is_managed, job_queue_name
 
 DEFAULT_CONTROLLER_USERNAME = "system:serviceaccount:gpuqueue-system:gpuqueue-controller"
 

@@ -20,7 +20,7 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
 from gpuqueue.extender.controller.releases import Releases
 from gpuqueue.extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
-from gpuqueue.extender.kube import retry_on_conflict
+from gpuqueue.kube import retry_on_conflict
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission
 

@@ -22,14 +22,14 @@ from gpuqueue.extender.controller.actions import Actions
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.kube import Informer
+from gpuqueue.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.api import core, kueue
-from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
 

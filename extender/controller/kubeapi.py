@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuqueue.extender.controller.kinds import Kind
-from gpuqueue.extender.kube import TokenBucket
+from gpuqueue.kube import TokenBucket
 
 JSON = "application/json"
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")

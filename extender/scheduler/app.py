@@ -12,9 +12,9 @@ from typing import Callable
 
 import orjson
 
-from gpuqueue.certs.reload import ReloadingTLS
+from gpuqueue.tls import ReloadingTLS
 from gpuqueue.extender.scheduler.memo import PodMemo
-from gpuqueue.extender.scheduler.server import JSON, TEXT, Answer, Connection, Route, Server
+from gpuqueue.extender.scheduler.http11 import JSON, TEXT, Answer, Connection, Route, Server
 from gpuqueue.extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
 from gpuqueue.extender.scheduler.view import ClusterView
 from gpuqueue.extender.scheduler.wire import filter_error, preemption_result

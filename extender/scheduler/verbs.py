@@ -1,5 +1,6 @@
 """The three extender verbs: request body in, response document out. No HTTP here, so the
-logic is testable and measurable on its own; ``app.py`` puts it behind aiohttp."""
+logic is testable and measurable on its own; ``app.py`` puts it behind the HTTP/1.1 engine of
+``http11.py``."""
 
 from __future__ import annotations
 

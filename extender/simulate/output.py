@@ -6,10 +6,9 @@ from typing import Any, TextIO
 
 import orjson
 
+from gpuqueue.extender.placement.model import GPU_RESOURCE as GPU
 from gpuqueue.extender.simulate.runner import Simulation, Step
 from gpuqueue.extender.simulate.scenario import Scenario
-
-GPU = "nvidia.com/gpu"
 
 
 def render(scenario: Scenario, mode: str, until: float | None, plot: str | None, out: TextIO) -> int:

@@ -14,7 +14,7 @@ def write_plot(history: list["Step"], sim: "Simulation", path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpuqueue.extender.simulate.output import GPU
+    from gpuqueue.extender.placement.model import GPU_RESOURCE as GPU
 
     series: dict[tuple[str, str], list[tuple[float, float]]] = {}
     current: dict[tuple[str, str], float] = {}

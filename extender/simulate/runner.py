@@ -15,7 +15,8 @@ from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.simulate.placement import NodePlacer
 from gpuqueue.extender.simulate.scenario import Event, Scenario, job_key, job_runtime
 from gpuqueue.api import core, kueue
-from gpuqueue.webhook.mutation import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView, mutate_job
+from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView
+from gpuqueue.jobframework.mutation import mutate_job
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 

@@ -3,7 +3,7 @@
 Supports the kustomization features the manifests use - `resources` (files, or directories
 holding a kustomization.yaml), `namespace` and `images` - and refuses any other field, so a
 kustomization this cannot render fails loudly instead of rendering something else.
-tests/test_manifests_render.py checks install.yaml is current and, where kubectl is installed,
+tests/test_manifests_install.py checks install.yaml is current and, where kubectl is installed,
 that `kubectl kustomize` renders the same objects.
 
     python manifests/tools/render.py          # rewrite manifests/install.yaml

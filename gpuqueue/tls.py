@@ -1,4 +1,6 @@
-"""A server-side SSLContext that picks up renewed certificate files without a restart.
+"""The TLS policy of every gpuqueue server (the webhook's and the extender's), and a server-side
+SSLContext that picks up renewed certificate files without a restart. (Making and renewing the
+certificates is ``gpuqueue certs``: gpuqueue.certs.)
 
 ``ReloadingTLS.context`` is the one SSLContext handed to the server. Loading a new
 chain into the same context changes what later handshakes present, while
@@ -16,7 +18,7 @@ import os
 import ssl
 from pathlib import Path
 
-log = logging.getLogger("gpuqueue.certs")
+log = logging.getLogger("gpuqueue.certs")  # the name these messages have always had
 
 
 # TLS 1.2 suites allowed: forward-secret key exchange and AEAD only (Mozilla's "intermediate"

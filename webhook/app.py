@@ -3,7 +3,7 @@
 Every handler answers HTTP 200 with an AdmissionReview echoing the request's uid,
 whatever the body; only a body over the size limit gets HTTP 413 (it is not read,
 so there is no uid to echo). The decisions themselves are the pure functions of
-``mutation``, ``job_validation`` and ``kueue_validation``.
+``gpuqueue.jobframework.mutation``, ``job_validation`` and ``kueue_validation``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from gpuqueue.webhook import review
 from gpuqueue.webhook.fielderrors import aggregate
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
 from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
-from gpuqueue.webhook.mutation import ManagedJobsConfig, QueueView, StaticQueueView, mutate_job
+from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQueueView
+from gpuqueue.jobframework.mutation import mutate_job
 
 log = logging.getLogger("gpuqueue.webhook")
 
