@@ -71,7 +71,8 @@ def load_configuration(path: Path | None):
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from gpuqueue.extender.controller.controller import Controller, Options
+    from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.options import Options
     from gpuqueue.extender.controller.ops import start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuqueue.extender.controller.actions import Actions
-from gpuqueue.extender.controller.controller import Options
+from gpuqueue.extender.controller.options import Options
 
 
 def _actions() -> Actions:

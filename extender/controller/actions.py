@@ -25,7 +25,8 @@ from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission
 
 if TYPE_CHECKING:
-    from gpuqueue.extender.controller.controller import Controller, JobState
+    from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.job_state import JobState
 
 log = logging.getLogger("gpuqueue.controller")
 

@@ -11,7 +11,6 @@ import asyncio
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 import orjson
 from kubernetes_asyncio import client
 from pydantic import ValidationError
@@ -21,68 +20,18 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.actions import Actions
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
+from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
-from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.api import core, kueue
-from gpuqueue.webhook.mutation import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.webhook.mutation import StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
-
-
-@dataclass
-class Options:
-    debounce: float = 0.02  # seconds to gather changes before a pass
-    # a pass that took t seconds is followed by the next no sooner than pass_spacing * t later (fewer,
-    # larger passes when they are slow). Off: in Kueue's baseline it saved a few seconds of CPU but
-    # delayed every decision by up to twice a pass, and the large class's hand-offs did not gain
-    pass_spacing: float = 0.0
-    status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
-    qps: float = 100.0
-    burst: int = 200
-    concurrency: int = 16
-    watch_timeout: int = 300
-    event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
-    event_burst: int = 100
-    resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
-    request_timeout: float = 30.0  # seconds for one API request (not watches)
-    # attempts of a write failing with 5xx, 429, a timeout or a connection error; None: until it
-    # succeeds or this replica stops leading (a decision given up leaves the API behind the engine)
-    write_retries: int | None = None
-    write_backoff_initial: float = 0.05  # first pause between those attempts, doubled each time
-    write_backoff_max: float = 2.0
-    watch_backoff_initial: float = 0.2  # first pause before listing/watching again after a failure
-    watch_backoff_max: float = 30.0
-    leader_elect: bool = False
-    lease_namespace: str = "gpuqueue-system"
-    lease_name: str = "gpuqueue-extender"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
-    fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
-
-
-@dataclass
-class JobState:
-    key: str  # namespace/name: the engine's key
-    namespace: str
-    name: str
-    uid: str
-    wl_name: str
-    created: float  # creationTimestamp, seconds
-    wl_uid: str = ""
-    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
-    phase: str = "pending"  # pending | admitted | evicting | blocked | finished
-    refusals: int = 0  # how often the API refused the pod template admission needed
-    priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
-    # False while the API surely holds no reservation of ours for it: never admitted in this term, or
-    # its reservation cleared since; True once an admission write may have landed (or on rebuild)
-    maybe_reserved: bool = False
 
 
 class Controller:
