@@ -43,7 +43,7 @@ async def test_a_job_preempted_before_its_admission_is_written_leaves_nothing_to
         assert not h.running("ml", "high")  # not before first's release is written
         gate.set()
         await eventually(lambda: h.running("ml", "high"), what="high running")
-        await ctl.actions.idle()
+        await ctl.writes.idle()
         assert h.job("ml", "low")["spec"]["suspend"] is True
         low = workload_writes(h, "ml", "low")
         assert low and not any((w.get("status") or {}).get("admission") for w in low)

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, URGENT, is_status
-from gpuqueue.extender.controller.releases import Releases
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, is_status
 from gpuqueue.extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
 from gpuqueue.extender.kube import retry_on_conflict
 from gpuqueue.extender.quota import decisions as d
@@ -35,89 +34,14 @@ class Actions:
     def __init__(self, ctl: "Controller") -> None:
         self.ctl = ctl
         self.kube = ctl.kube
-        self._chains: dict[str, asyncio.Future] = {}
+        self.writes = ctl.writes
+        self.event = ctl.events.event
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
-        self.releases = Releases()
         self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
         self._waiters: dict[str, asyncio.Event] = {}
-        self._background: set[asyncio.Task] = set()
         self.status_dirty = True
-        self._event_budget = Budget(ctl.options.event_qps, ctl.options.event_burst)
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
-
-    # -- plumbing ---------------------------------------------------------------------------------------
-    def _spawn(self, coro: Awaitable) -> asyncio.Future:
-        if not self.ctl.leader:  # a replica that no longer leads must not write, not even late
-            if asyncio.iscoroutine(coro):
-                coro.close()
-            fut = asyncio.get_running_loop().create_future()
-            fut.cancel()
-            return fut
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
-    def chain(self, key: str, make: Callable[[], Awaitable], release: int | None = None,
-              call_class: int = ORDINARY) -> asyncio.Future:
-        """Run make() after every earlier write for this key has ended (whatever its outcome).
-
-        `release`: a release (see release()) this write carries out. It is marked done when the
-        write succeeds. If the write is given up (a permanent error, or `write_retries` spent) or
-        cancelled (this replica stopped leading), the release is abandoned: the room was not freed
-        in the API's record, so whatever waits on it does not write either.
-
-        A release goes before other calls waiting for a connection (kubeapi.CALL_CLASS); so does an
-        admission, given `call_class=URGENT`."""
-        prev = self._chains.get(key)
-
-        async def run():
-            CALL_CLASS.set(URGENT if release is not None else call_class)  # this task's context only
-            try:
-                if prev is not None and not prev.done():
-                    try:
-                        await asyncio.shield(prev)
-                    except asyncio.CancelledError:
-                        if asyncio.current_task().cancelling():
-                            raise  # this write is cancelled (the replica stopped), not only the earlier one
-                    except BaseException:  # noqa: BLE001 - the earlier write's failure is logged there
-                        pass
-                try:
-                    o = self.ctl.options
-                    await _retrying(make, key, o.write_retries, o.write_backoff_initial, o.write_backoff_max)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # noqa: BLE001
-                    log.exception("giving up on a write for %s", key)
-                    if release is not None:
-                        self.abandon(release)
-                    return
-            except asyncio.CancelledError:
-                if release is not None:
-                    self.abandon(release)
-                raise
-            if release is not None:
-                self.released(release)
-
-        task = self._spawn(run())
-        if task.done():  # refused: this replica does not lead
-            if release is not None:
-                self.abandon(release)
-            return task
-        self._chains[key] = task
-        task.add_done_callback(lambda t, k=key: self._chains.pop(k, None) if self._chains.get(k) is t else None)
-        return task
-
-    def release(self, cluster_queue: str | None = None) -> int:
-        """A release freeing room of `cluster_queue` (None: unknown, every admission waits for it)."""
-        return self.releases.start(self.tree(cluster_queue))
-
-    def released(self, rid: int) -> None:
-        self.releases.end(rid)
-
-    def abandon(self, rid: int) -> None:
-        self.releases.end(rid, abandoned=True)
 
     def poke(self, uid: str) -> None:
         ev = self._waiters.get(uid)
@@ -136,23 +60,11 @@ class Actions:
         finally:
             self._waiters.pop(uid, None)
 
-    async def cancel_all(self) -> None:
-        """Cancel every write under way (the caller has stopped leading, so none starts anew)."""
-        while self._background:
-            tasks = list(self._background)
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._chains.clear()
+    def forget_writes(self) -> None:
+        """The writes were cancelled (Writes.cancel_all)."""
         self._created.clear()
         self.evicting.clear()
-        self.releases.cancel_all()
         self._pending_latest.clear()
-
-    async def idle(self) -> None:
-        """Wait until no write is under way (tests, benchmarks)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     # -- reads and read-modify-writes -----------------------------------------------------------------------
     def job(self, st: "JobState") -> dict | None:
@@ -225,33 +137,6 @@ class Actions:
             if is_status(exc, 404):
                 return None
             raise
-
-    def event(self, st: "JobState", reason: str, message: str, type_: str = "Normal") -> None:
-        """A Kubernetes Event on the Job; best effort, never in the way of a decision. Events have
-        a budget of their own (like client-go's event spam filter): in a burst the surplus is
-        dropped and counted, so events never take the API's capacity from admissions."""
-        if not self._event_budget.take():
-            self.ctl.metrics.events_dropped.inc()
-            return
-        now = W.now_rfc3339()
-        body = {
-            "metadata": {"generateName": f"{st.name}.", "namespace": st.namespace},
-            "involvedObject": {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
-                               "apiVersion": "batch/v1"},
-            "reason": reason, "message": message, "type": type_, "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": "gpuqueue-controller"}, "reportingComponent": "gpuqueue-controller",
-            "reportingInstance": self.ctl.identity,
-        }
-
-        async def send():
-            CALL_CLASS.set(INFORM)  # (spawned from a write's task, whose context it copied)
-            try:
-                await self.kube.create(K.EVENTS, st.namespace, body)
-            except Exception as exc:  # noqa: BLE001
-                log.debug("event %s on %s not recorded: %s", reason, st.key, exc)
-
-        self._spawn(send())
 
     # -- decisions ----------------------------------------------------------------------------------------------
     def apply(self, dec: d.Decision) -> None:
@@ -345,7 +230,7 @@ class Actions:
             st.wl_created = created
             self.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
 
-        task = self.chain(st.key, create)
+        task = self.writes.chain(st.key, create)
         self._created[st.key] = task
         task.add_done_callback(lambda t, k=st.key: self._created.pop(k, None) if self._created.get(k) is t else None)
 
@@ -384,11 +269,11 @@ class Actions:
             if result is not None and first and st.phase == "pending":
                 self.event(st, "Pending", message)
 
-        self.chain(st.key, write, call_class=INFORM)
+        self.writes.chain(st.key, write, call_class=INFORM)
 
     def admit(self, st: "JobState", admission: Admission) -> None:
         st.phase = "admitted"
-        barrier = self.releases.barrier(self.tree(admission.cluster_queue))
+        barrier = self.writes.barrier(admission.cluster_queue)
         if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
             self.kube.promote(_creation_tag(st.key))
         self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
@@ -398,7 +283,7 @@ class Actions:
         resumed = W.is_true(self.workload(st), "Requeued") or W.condition(self.workload(st), "Evicted") is not None
 
         async def write():
-            if barrier is not None and not await self.releases.wait(barrier):
+            if barrier is not None and not await self.writes.wait(barrier):
                 return  # a release was abandoned: this replica is stopping, the next one decides
             if not self.ctl.leader or self.ctl.jobs.get(st.key) is not st or st.phase != "admitted":
                 return
@@ -408,7 +293,7 @@ class Actions:
                 return
             await self._unsuspend(st, admission, flavors, resumed)
 
-        self.chain(st.key, write, call_class=URGENT)
+        self.writes.chain(st.key, write, call_class=URGENT)
 
     async def _unsuspend(self, st: "JobState", admission: Admission, flavors, resumed: bool,
                          only_suspended: bool = False) -> None:
@@ -439,7 +324,7 @@ class Actions:
                     admission.flavors_of(W.MAIN), body[:300])
         self.refused.append(st.key)
         engine = self.ctl.engine
-        rid = self.release(admission.cluster_queue)
+        rid = self.writes.release(admission.cluster_queue)
         if engine is not None:
             engine.finish(st.key)
         st.phase = "blocked"
@@ -453,7 +338,7 @@ class Actions:
             await self._update_workload(st, lambda wl: _unreserve(wl, "Pending", message))
             self.event(st, "AdmissionRefused", message, "Warning")
 
-        self.chain(st.key, give_back, release=rid)
+        self.writes.chain(st.key, give_back, release=rid)
         delay = min(60.0, self.ctl.options.resubmit_backoff * (2 ** (st.refusals - 1)))
         asyncio.get_running_loop().call_later(delay, self.ctl.resubmit, st)
         self.ctl.mark_dirty()
@@ -473,12 +358,12 @@ class Actions:
                 return
             await self._unsuspend(st, admission, flavors, resumed=False, only_suspended=True)
 
-        self.chain(st.key, write)
+        self.writes.chain(st.key, write)
 
     def suspend_unadmitted(self, st: "JobState") -> None:
         """A managed Job running without a reservation (created unsuspended with no webhook in
         front, or its Workload deleted): suspend it; its pods count until they are gone."""
-        rid = self.release()
+        rid = self.writes.release()
 
         async def write():
             if st.phase in ("pending", "blocked"):
@@ -487,13 +372,13 @@ class Actions:
                 if changed is not None:
                     await self._wait_stopped(st)
 
-        self.chain(st.key, write, release=rid)
+        self.writes.chain(st.key, write, release=rid)
 
     def evict(self, st: "JobState", reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None, cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release(cluster_queue)
+        rid = self.writes.release(cluster_queue)
         message = ""
 
         def mark(wl: dict) -> dict | None:
@@ -526,7 +411,7 @@ class Actions:
                 self.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
             await self._complete_eviction(st, reason, message, rid)
 
-        self.chain(st.key, write, release=rid)
+        self.writes.chain(st.key, write, release=rid)
 
     def _note_evicting(self, st: "JobState") -> None:
         adm = ((self.workload(st) or {}).get("status") or {}).get("admission")
@@ -539,14 +424,14 @@ class Actions:
     def resume_eviction(self, st: "JobState", cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
         self._note_evicting(st)
-        rid = self.release(cluster_queue)
+        rid = self.writes.release(cluster_queue)
         wl = self.workload(st)
         c = W.condition(wl, "Evicted") or {}
 
         async def write():
             await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""), rid)
 
-        self.chain(st.key, write, release=rid)
+        self.writes.chain(st.key, write, release=rid)
 
     async def _complete_eviction(self, st: "JobState", reason: str, message: str, rid: int | None = None) -> None:
         """Suspend the Job, wait until its pods are gone, clear the reservation - the release
@@ -557,7 +442,7 @@ class Actions:
         await self._wait_stopped(st)
         await self._update_workload(st, lambda wl: _requeued(wl, reason, message))
         if rid is not None:
-            self.released(rid)
+            self.writes.released(rid)
         self._evicted(st)
         try:
             await self._update_job(st, _restored)
@@ -607,7 +492,7 @@ class Actions:
     def finish_workload(self, st: "JobState", how: str, cluster_queue: str | None = None) -> None:
         """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
         the API may still show a reservation, so every admission waits for this write)."""
-        rid = self.release(cluster_queue)
+        rid = self.writes.release(cluster_queue)
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):
@@ -622,17 +507,17 @@ class Actions:
         async def write():
             await self._update_workload(st, change)
 
-        self.chain(st.key, write, release=rid)
+        self.writes.chain(st.key, write, release=rid)
 
     def delete_workload(self, st: "JobState") -> None:
         """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
         delete it here so its reservation leaves the record before anything uses the room."""
-        rid = self.release()
+        rid = self.writes.release()
 
         async def write():
             await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
 
-        self.chain(st.key, write, release=rid)
+        self.writes.chain(st.key, write, release=rid)
 
     # -- ClusterQueue and LocalQueue status ---------------------------------------------------------------
     async def status_loop(self) -> None:
@@ -704,49 +589,6 @@ class _Computed:
 
     def __init__(self, body: dict) -> None:
         self.body = body
-
-
-class Budget:
-    """A token bucket that never waits: take() says whether there is a token now."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens, self.updated = float(burst), time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
-async def _retrying(make: Callable[[], Awaitable], key: str, retries: int | None, delay: float,
-                    max_delay: float) -> None:
-    """Errors other than conflicts (5xx, 429, dropped connections): try again after a pause,
-    `retries` times in all (None: without end)."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            await make()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if is_status(exc, 400, 403, 404, 422) or (retries is not None and attempt >= retries):
-                raise
-            log.log(logging.WARNING if attempt % 10 == 0 else logging.INFO, "write for %s failed %d times (%s), "
-                    "retrying in %.2fs", key, attempt, _short(exc), delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, max_delay)
-
-
-def _short(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    return f"HTTP {status} {getattr(exc, 'reason', '')}" if status else f"{type(exc).__name__}: {exc}"
 
 
 # -- pure status edits --------------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from pydantic import ValidationError
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.actions import Actions
+from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
@@ -56,6 +58,9 @@ class Controller:
         self.jobs: dict[str, JobState] = {}
         self.pods_by_owner: dict[str, set[str]] = {}
         self._templates: dict[bytes, core.PodTemplateSpec] = {}  # see _job_model
+        self.writes = Writes(lambda: self.leader, self.options, scope_of=lambda cq: self.actions.tree(cq))
+        self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped,
+                                    self.options.event_qps, self.options.event_burst)
         self.actions = Actions(self)
         self.leader = False
         self.recovered = False
@@ -95,7 +100,7 @@ class Controller:
         self.leader = False
         if self._leading_task is not None and not self._leading_task.done():
             self._leading_task.cancel()
-        await self.actions.cancel_all()
+        await self._stop_writing()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -142,9 +147,13 @@ class Controller:
         self.metrics.leader.set(0)
         if self._leading_task is not None and not self._leading_task.done():
             self._leading_task.cancel()
-        await self.actions.cancel_all()
+        await self._stop_writing()
         self.engine = None
         self.jobs.clear()
+
+    async def _stop_writing(self) -> None:
+        await self.writes.cancel_all()
+        self.actions.forget_writes()
 
     def mark_dirty(self) -> None:
         self._dirty.set()
@@ -200,7 +209,7 @@ class Controller:
     def _on_spec_object(self, kind: str, obj: dict) -> None:
         self._apply_spec(self.engine, kind, obj)
         if kind in ("ClusterQueue", "Cohort"):
-            self.actions.releases.regroup()  # the cohort trees may have changed
+            self.writes.releases.regroup()  # the cohort trees may have changed
         self.actions.status_dirty = True
         self.mark_dirty()
 
@@ -217,7 +226,7 @@ class Controller:
     def _on_spec_delete(self, kind: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
         if kind in ("ClusterQueue", "Cohort"):
-            self.actions.releases.regroup()
+            self.writes.releases.regroup()
         if kind == "PriorityClass":
             self.priorities.pod_classes.pop(name, None)
         elif kind == "WorkloadPriorityClass":
