@@ -1,5 +1,5 @@
 """The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
-engine's decisions into writes (extender/controller/actions.py).
+engine's decisions into writes (workload_writes.py, jobs.py).
 
 Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
 (`Workload.status.admission` first, before any pass), so nothing is admitted twice.
@@ -17,13 +17,17 @@ from pydantic import ValidationError
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.actions import Actions
+from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.queue_status import QueueStatus
+from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.kube import Informer
 from gpuqueue.extender.quota import convert
@@ -56,12 +60,21 @@ class Controller:
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
         self.jobs: dict[str, JobState] = {}
-        self.pods_by_owner: dict[str, set[str]] = {}
         self._templates: dict[bytes, core.PodTemplateSpec] = {}  # see _job_model
-        self.writes = Writes(lambda: self.leader, self.options, scope_of=lambda cq: self.actions.tree(cq))
-        self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped,
-                                    self.options.event_qps, self.options.event_burst)
-        self.actions = Actions(self)
+        o = self.options
+        self.writes = Writes(lambda: self.leader, o, scope_of=lambda cq: cohorts.tree(self.engine, cq))
+        self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
+                                    o.event_burst)
+        records = WorkloadRecords(self.kube, self.informers["workloads"])
+        self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
+                                        self.metrics.admission_wait, self.resubmit, self.mark_dirty,
+                                        o.resubmit_backoff)
+        self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
+                                              self.metrics.preemptions, self.priorities, self.priority_of,
+                                              status_changed=lambda: self.queue_status.changed())
+        self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
+                                        self.metrics, self.workload_writes.evicting, o.status_interval,
+                                        engine=lambda: self.engine if self.leader and self.recovered else None)
         self.leader = False
         self.recovered = False
         self.passes = 0
@@ -78,7 +91,7 @@ class Controller:
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
-        self._tasks.append(asyncio.create_task(self.actions.status_loop(), name="controller:status"))
+        self._tasks.append(asyncio.create_task(self.queue_status.loop(), name="controller:status"))
         o = self.options
         if o.leader_elect:
             self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
@@ -153,7 +166,7 @@ class Controller:
 
     async def _stop_writing(self) -> None:
         await self.writes.cancel_all()
-        self.actions.forget_writes()
+        self.workload_writes.forget_writes()
 
     def mark_dirty(self) -> None:
         self._dirty.set()
@@ -172,7 +185,7 @@ class Controller:
                 on_delete=functools.partial(self._on_spec_delete, kind.kind))
         on("jobs", self._on_job, self._on_job_delete)
         self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
-        on("pods", self._on_pod, self._on_pod_delete)
+        on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
 
     def _on_namespace(self, obj: dict) -> None:
         name = obj["metadata"]["name"]
@@ -210,7 +223,7 @@ class Controller:
         self._apply_spec(self.engine, kind, obj)
         if kind in ("ClusterQueue", "Cohort"):
             self.writes.releases.regroup()  # the cohort trees may have changed
-        self.actions.status_dirty = True
+        self.queue_status.changed()
         self.mark_dirty()
 
     def _on_spec_update(self, upsert, old: dict, new: dict) -> None:
@@ -219,7 +232,7 @@ class Controller:
         Re-applying the spec and running a pass for each was a fifth of the controller's CPU in
         bench/kueue_realtime.py."""
         if _spec_of(old) == _spec_of(new):
-            self.actions.status_dirty = True  # someone else may have written over ours
+            self.queue_status.changed()  # someone else may have written over ours
             return
         upsert(new)
 
@@ -239,7 +252,7 @@ class Controller:
              }.get(kind, lambda: None)()
         if kind == "LocalQueue":
             self.queue_view.local_queues.discard((obj["metadata"].get("namespace", "default"), name))
-        self.actions.status_dirty = True
+        self.queue_status.changed()
         self.mark_dirty()
 
     def is_managed(self, job: dict) -> bool:
@@ -258,17 +271,17 @@ class Controller:
             if W.job_finished(job):
                 st.phase = "finished"
                 return
-            self.actions.ensure_workload(st)
+            self.workload_writes.ensure_workload(st)
             self._submit(st, job)
             if not job["spec"].get("suspend"):
-                self.actions.suspend_unadmitted(st)
+                self.job_steering.suspend_unadmitted(st)
             self.mark_dirty()
             return
         if st.phase != "finished" and W.job_finished(job):
             self._finish(st, W.job_finished(job) or "Complete")
         elif st.phase == "admitted" and job["spec"].get("suspend"):
             self._keep_running(st)
-        self.actions.poke(st.uid)
+        self.job_steering.poke(st.uid)
 
     def _keep_running(self, st: JobState) -> None:
         """Someone suspended a Job whose Workload holds a reservation. As in Kueue, the
@@ -276,14 +289,14 @@ class Controller:
         nodeSelector edited meanwhile does not survive); to stop it, delete it."""
         w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
         if w is not None:
-            self.actions.ensure_running(st, w.admission)
+            self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
         st = self.jobs.get(W_key(job))
         if st is None or st.uid != job["metadata"]["uid"]:
             return
         self._forget(st)
-        self.actions.delete_workload(st)
+        self.workload_writes.delete_workload(st)
         self.mark_dirty()
 
     def _on_workload_delete(self, wl: dict) -> None:
@@ -300,25 +313,6 @@ class Controller:
             log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
             self._on_job(job)
         self.mark_dirty()
-
-    def _on_pod(self, pod: dict) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Job":
-                self.pods_by_owner.setdefault(ref["uid"], set()).add(W_key(pod))
-                self.actions.poke(ref["uid"])
-
-    def _on_pod_delete(self, pod: dict) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Job":
-                pods = self.pods_by_owner.get(ref["uid"])
-                if pods is not None:
-                    pods.discard(W_key(pod))
-                    if not pods:
-                        del self.pods_by_owner[ref["uid"]]
-                self.actions.poke(ref["uid"])
-
-    def pods_gone(self, uid: str) -> bool:
-        return not self.pods_by_owner.get(uid)
 
     # -- jobs and the engine --------------------------------------------------------------------------------
     def _track(self, job: dict) -> JobState:
@@ -371,14 +365,14 @@ class Controller:
             spec = self.workload_spec(st, job, queued_at)
         except (ValidationError, ValueError) as exc:
             log.warning("job %s cannot be queued: %s", st.key, exc)
-            self.actions.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
+            self.workload_writes.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
             return
         self.engine.submit(spec)
         st.priority = spec.priority
         st.phase = "pending"
 
     def resubmit(self, st: JobState) -> None:
-        """Queue a Job again after the API refused its admission (see Actions.admit)."""
+        """Queue a Job again after the API refused its admission (see JobSteering.unsuspend)."""
         job = self.informers["jobs"].get(st.key)
         if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
             return
@@ -393,13 +387,13 @@ class Controller:
             if admission is not None and st.phase == "admitted":
                 cq = admission.cluster_queue
         st.phase = "finished"
-        self.actions.finish_workload(st, how, cq)
+        self.workload_writes.finish_workload(st, how, cq)
         self.mark_dirty()
 
     def _forget(self, st: JobState) -> None:
         if self.engine is not None:
             self.engine.delete(st.key)
-        self.actions.evicting.pop(st.key, None)
+        self.workload_writes.evicting.pop(st.key, None)
         self.jobs.pop(st.key, None)
         st.phase = "finished"
 
@@ -425,10 +419,10 @@ class Controller:
             if finished:
                 st.phase = "finished"
                 if wl is not None and not W.is_true(wl, "Finished"):
-                    self.actions.finish_workload(st, finished)
+                    self.workload_writes.finish_workload(st, finished)
                 continue
             if wl is None:
-                self.actions.ensure_workload(st)
+                self.workload_writes.ensure_workload(st)
             admission = ((wl or {}).get("status") or {}).get("admission")
             if admission and W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished"):
                 try:
@@ -445,16 +439,16 @@ class Controller:
                 if W.is_true(wl, "Evicted"):
                     # the last leader died half-way through an eviction: finish it
                     engine.evict(st.key, now)
-                    self.actions.resume_eviction(st, adm.cluster_queue)
+                    self.workload_writes.resume_eviction(st, adm.cluster_queue)
                 else:
-                    self.actions.ensure_running(st, adm)
+                    self.job_steering.ensure_running(st, adm)
                 continue
             requeued = W.condition(wl, "Requeued") if wl else None
             queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
                 "status") == "True" else None
             self._submit(st, job, queued_at)
             if not job["spec"].get("suspend"):
-                self.actions.suspend_unadmitted(st)
+                self.job_steering.suspend_unadmitted(st)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
@@ -479,11 +473,11 @@ class Controller:
         started = time.perf_counter()
         decisions = self.engine.schedule(time.time())
         for dec in decisions:
-            self.actions.apply(dec)
+            self.workload_writes.apply(dec)
         self.passes += 1
         self.metrics.pass_duration.observe(time.perf_counter() - started)
         if decisions:
-            self.actions.status_dirty = True
+            self.queue_status.changed()
         return decisions
 
 

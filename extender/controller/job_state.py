@@ -1,8 +1,12 @@
-"""What the controller keeps of each managed Job while it tracks it."""
+"""What the controller keeps of each managed Job while it tracks it, and what its writers read of
+the controller (Scheduling)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+from gpuqueue.extender.quota.engine import QuotaEngine
 
 
 @dataclass
@@ -21,3 +25,17 @@ class JobState:
     # False while the API surely holds no reservation of ours for it: never admitted in this term, or
     # its reservation cleared since; True once an admission write may have landed (or on rebuild)
     maybe_reserved: bool = False
+
+
+class Scheduling(Protocol):
+    """The controller as its writers see it, live: whether it leads, its engine (None until
+    rebuilt), and the Jobs it tracks (a write for a Job no longer tracked is moot)."""
+
+    @property
+    def leader(self) -> bool: ...
+
+    @property
+    def engine(self) -> QuotaEngine | None: ...
+
+    @property
+    def jobs(self) -> Mapping[str, JobState]: ...
