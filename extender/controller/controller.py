@@ -8,10 +8,8 @@ Only the leader writes. On becoming leader it rebuilds a fresh engine from what 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-import orjson
 from kubernetes_asyncio import client
 from pydantic import ValidationError
 
@@ -26,15 +24,15 @@ from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.queue_status import QueueStatus
+from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
-from gpuqueue.extender.kube import Informer
+from gpuqueue.extender.kube import Informer, object_key
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import WorkloadSpec
-from gpuqueue.api import core, kueue
 from gpuqueue.webhook.mutation import StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
@@ -60,7 +58,6 @@ class Controller:
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
         self.jobs: dict[str, JobState] = {}
-        self._templates: dict[bytes, core.PodTemplateSpec] = {}  # see _job_model
         o = self.options
         self.writes = Writes(lambda: self.leader, o, scope_of=lambda cq: cohorts.tree(self.engine, cq))
         self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
@@ -75,6 +72,9 @@ class Controller:
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
+        self.quota_objects = QuotaObjects(self.priorities, self.queue_view, lambda: self.engine,
+                                          lambda: self.writes.releases.regroup(), self.queue_status.changed,
+                                          self.mark_dirty)
         self.leader = False
         self.recovered = False
         self.passes = 0
@@ -177,83 +177,10 @@ class Controller:
             self.informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new),
                                              on_delete=delete)
 
-        on("namespaces", self._on_namespace, self._on_namespace_delete)
-        for kind in _SPEC_KINDS:
-            upsert = functools.partial(self._on_spec_object, kind.kind)
-            self.informers[kind.name].add_handler(
-                on_add=upsert, on_update=functools.partial(self._on_spec_update, upsert),
-                on_delete=functools.partial(self._on_spec_delete, kind.kind))
+        self.quota_objects.watch(self.informers)
         on("jobs", self._on_job, self._on_job_delete)
         self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
-
-    def _on_namespace(self, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        labels = {"kubernetes.io/metadata.name": name, **(obj["metadata"].get("labels") or {})}
-        self.queue_view.namespaces[name] = labels
-        if self.engine is not None:
-            self.engine.set_namespace(name, labels)
-            self.mark_dirty()
-
-    def _on_namespace_delete(self, obj: dict) -> None:
-        self.queue_view.namespaces.pop(obj["metadata"]["name"], None)
-
-    def _apply_spec(self, engine: QuotaEngine | None, kind: str, obj: dict) -> None:
-        try:
-            if kind == "PriorityClass":
-                self.priorities.set_priority_class(core.PriorityClass.model_validate(obj))
-            elif kind == "WorkloadPriorityClass":
-                self.priorities.set_workload_priority_class(kueue.WorkloadPriorityClass.model_validate(obj))
-            elif engine is None:
-                return
-            elif kind == "ResourceFlavor":
-                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(obj)))
-            elif kind == "Cohort":
-                engine.set_cohort(convert.cohort_spec(kueue.Cohort.model_validate(obj)))
-            elif kind == "ClusterQueue":
-                engine.set_cluster_queue(convert.cluster_queue_spec(kueue.ClusterQueue.model_validate(obj)))
-            elif kind == "LocalQueue":
-                spec = convert.local_queue_spec(kueue.LocalQueue.model_validate(obj))
-                engine.set_local_queue(spec)
-                self.queue_view.local_queues.add((spec.namespace, spec.name))
-        except (ValidationError, ValueError, KeyError) as exc:
-            log.warning("ignoring %s %s: %s", kind, W_key(obj), exc)
-
-    def _on_spec_object(self, kind: str, obj: dict) -> None:
-        self._apply_spec(self.engine, kind, obj)
-        if kind in ("ClusterQueue", "Cohort"):
-            self.writes.releases.regroup()  # the cohort trees may have changed
-        self.queue_status.changed()
-        self.mark_dirty()
-
-    def _on_spec_update(self, upsert, old: dict, new: dict) -> None:
-        """A write to the status alone (our own ClusterQueue/LocalQueue status writes, once a second
-        per queue, come back this way) changes nothing the engine reads: no engine update, no pass.
-        Re-applying the spec and running a pass for each was a fifth of the controller's CPU in
-        bench/kueue_realtime.py."""
-        if _spec_of(old) == _spec_of(new):
-            self.queue_status.changed()  # someone else may have written over ours
-            return
-        upsert(new)
-
-    def _on_spec_delete(self, kind: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        if kind in ("ClusterQueue", "Cohort"):
-            self.writes.releases.regroup()
-        if kind == "PriorityClass":
-            self.priorities.pod_classes.pop(name, None)
-        elif kind == "WorkloadPriorityClass":
-            self.priorities.workload_classes.pop(name, None)
-        elif self.engine is not None:
-            e = self.engine
-            {"ResourceFlavor": lambda: e.remove_flavor(name), "Cohort": lambda: e.remove_cohort(name),
-             "ClusterQueue": lambda: e.remove_cluster_queue(name),
-             "LocalQueue": lambda: e.remove_local_queue(obj["metadata"].get("namespace", "default"), name),
-             }.get(kind, lambda: None)()
-        if kind == "LocalQueue":
-            self.queue_view.local_queues.discard((obj["metadata"].get("namespace", "default"), name))
-        self.queue_status.changed()
-        self.mark_dirty()
 
     def is_managed(self, job: dict) -> bool:
         return is_managed(job, job["metadata"].get("namespace", "default"), self.queue_view, self.options.managed_jobs)
@@ -261,7 +188,7 @@ class Controller:
     def _on_job(self, job: dict) -> None:
         if not self.recovered or not self.is_managed(job):
             return
-        key = W_key(job)
+        key = object_key(job)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._forget(st)  # a new Job of the same name
@@ -292,7 +219,7 @@ class Controller:
             self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
-        st = self.jobs.get(W_key(job))
+        st = self.jobs.get(object_key(job))
         if st is None or st.uid != job["metadata"]["uid"]:
             return
         self._forget(st)
@@ -317,7 +244,7 @@ class Controller:
     # -- jobs and the engine --------------------------------------------------------------------------------
     def _track(self, job: dict) -> JobState:
         meta = job["metadata"]
-        st = JobState(key=W_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
+        st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
                       wl_name=W.workload_name(meta["name"], meta["uid"]),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time())
         self.jobs[st.key] = st
@@ -327,35 +254,14 @@ class Controller:
         """The engine's view of the Job as it stands (its current pod template: after a refused
         template change it still carries its old flavor's nodeSelector, which then limits the
         flavors it can be given)."""
-        model = self._job_model(job)
+        model = self.job_steering.adapter.model(job)
         assert self.engine is not None
         return convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
                                          seq=self.engine.next_seq())
 
-    def _job_model(self, job: dict) -> core.Job:
-        """The Job validated, its pod template validated once per distinct template: Jobs made
-        from one template (most of them) share one model - validating each whole Job was a twelfth
-        of the controller's CPU in bench/kueue_realtime.py - and the engine computes the pod set of
-        a shared template once (convert.pod_set_from_template)."""
-        spec = job.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        if not isinstance(template, dict):
-            return core.Job.model_validate(job)
-        key = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
-        model = self._templates.get(key)
-        if model is None:
-            try:
-                model = core.PodTemplateSpec.model_validate(template)
-            except ValidationError:
-                return core.Job.model_validate(job)  # raises, naming the field from the Job down
-            if len(self._templates) >= 4096:
-                self._templates.clear()
-            self._templates[key] = model
-        return core.Job.model_validate({**job, "spec": {**spec, "template": model}})
-
     def priority_of(self, job: dict) -> int:
         try:
-            return self.priorities.priority_of(self._job_model(job))
+            return self.priorities.priority_of(self.job_steering.adapter.model(job))
         except ValidationError:
             return 0
 
@@ -402,15 +308,10 @@ class Controller:
         engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
         self.engine = engine
         self.jobs.clear()
-        for name in ("namespaces",):
-            for obj in self.informers[name].list():
-                self._on_namespace(obj)
-        for kind in _SPEC_KINDS:
-            for obj in self.informers[kind.name].list():
-                self._apply_spec(engine, kind.kind, obj)
+        self.quota_objects.load(engine, self.informers)
         workloads = self.informers["workloads"]
         jobs = [j for j in self.informers["jobs"].list() if self.is_managed(j)]
-        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), W_key(j)))
+        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
         now = time.time()
         for job in jobs:
             st = self._track(job)
@@ -481,28 +382,8 @@ class Controller:
         return decisions
 
 
-def W_key(obj: dict) -> str:
-    meta = obj["metadata"]
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else meta["name"]
-
-
-_BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
-
-
-def _spec_of(obj: dict) -> tuple:
-    """Everything of a quota object but its status and the metadata the API server keeps."""
-    meta = obj.get("metadata") or {}
-    return ({k: v for k, v in obj.items() if k not in ("status", "metadata")},
-            {k: v for k, v in meta.items() if k not in _BOOKKEEPING})
-
-
 def _owner_job(obj: dict) -> str:
     for ref in obj["metadata"].get("ownerReferences") or ():
         if ref.get("kind") == "Job" and ref.get("controller"):
             return ref.get("name", "")
     return ""
-
-
-_SPEC_KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
-               K.LOCAL_QUEUES)
