@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kubernetes_asyncio import client  # noqa: E402
 
 from gpuqueue.extender.controller import kinds as K  # noqa: E402
-from gpuqueue.extender.controller.controller import Controller, Options  # noqa: E402
+from gpuqueue.extender.controller.controller import Controller  # noqa: E402
+from gpuqueue.extender.controller.options import Options  # noqa: E402
 from gpuqueue.extender.controller.kubeapi import KubeApi  # noqa: E402
 from tests.standin import ApiServer  # noqa: E402
 from tests.standin import resources as R  # noqa: E402

@@ -60,8 +60,9 @@ def load_configuration(path: Path | None):
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from gpuqueue.extender.controller.controller import Controller, Options
-    from gpuqueue.extender.controller.server import start_ops
+    from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.options import Options
+    from gpuqueue.extender.controller.ops import start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.kube.config import ClusterConfigError, api_client

@@ -13,7 +13,8 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.controller import Controller, Options
+from gpuqueue.extender.controller.controller import Controller
+from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.kubeapi import KubeApi
 from gpuqueue.api.quantity import parse_engine_int as to_engine_int
 from tests.standin import ApiServer, Write

@@ -16,7 +16,8 @@ from collections import defaultdict
 import pytest
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller.controller import Controller, Options
+from gpuqueue.extender.controller.controller import Controller
+from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue import access
 from tests.standin import ApiServer

@@ -150,7 +150,7 @@ async def test_on_1_24_a_started_job_cannot_move_flavor_and_waits_with_a_clear_m
         await h.edit(K.CLUSTER_QUEUES, None, "q", lambda cq: cq["spec"]["resourceGroups"][0]["flavors"][1][
             "resources"][0].update(nominalQuota=1))
         # the engine picks pool-2; the API refuses the template change; the Job stays, suspended, and says why
-        await eventually(lambda: "ml/low" in ctl.actions.refused, what="refusal seen")
+        await eventually(lambda: "ml/low" in ctl.job_steering.refused, what="refusal seen")
         await eventually(lambda: "pool" in (W.condition(h.workload_of("ml", "low"), "QuotaReserved") or {}).get(
             "message", "") and W.condition(h.workload_of("ml", "low"), "QuotaReserved")["status"] == "False",
             what="pending with a message")

@@ -9,16 +9,17 @@ from types import SimpleNamespace
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.extender.controller.actions import Actions
-from gpuqueue.extender.controller.controller import Options
+from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.writes import Writes
 
 
-def _actions() -> Actions:
-    return Actions(SimpleNamespace(kube=None, leader=True, options=Options()))
+def _writes(ctl: SimpleNamespace) -> Writes:
+    return Writes(lambda: ctl.leader, Options())
 
 
 async def test_a_write_runs_after_the_one_before_it_failed():
-    actions, ran = _actions(), []
+    ctl = SimpleNamespace(leader=True)
+    writes, ran = _writes(ctl), []
 
 
     async def first():
@@ -29,13 +30,14 @@ async def test_a_write_runs_after_the_one_before_it_failed():
     async def second():
         ran.append("second")
 
-    actions.chain("k", first)
-    await actions.chain("k", second)
+    writes.chain("k", first)
+    await writes.chain("k", second)
     assert ran == ["first", "second"]
 
 
 async def test_stopping_cancels_the_writes_waiting_behind_a_stuck_one():
-    actions, ran = _actions(), []
+    ctl = SimpleNamespace(leader=True)
+    writes, ran = _writes(ctl), []
     stuck = asyncio.Event()
 
     async def first():
@@ -45,11 +47,11 @@ async def test_stopping_cancels_the_writes_waiting_behind_a_stuck_one():
     async def second():
         ran.append("second")
 
-    actions.chain("k", first)
-    actions.chain("k", second)
+    writes.chain("k", first)
+    writes.chain("k", second)
     await asyncio.sleep(0.01)
-    actions.ctl.leader = False
-    await actions.cancel_all()
+    ctl.leader = False
+    await writes.cancel_all()
     stuck.set()
     await asyncio.sleep(0.05)
     assert ran == []

@@ -43,7 +43,7 @@ async def test_a_job_preempted_before_its_admission_is_written_leaves_nothing_to
         assert not h.running("ml", "high")  # not before first's release is written
         gate.set()
         await eventually(lambda: h.running("ml", "high"), what="high running")
-        await ctl.actions.idle()
+        await ctl.writes.idle()
         assert h.job("ml", "low")["spec"]["suspend"] is True
         low = workload_writes(h, "ml", "low")
         assert low and not any((w.get("status") or {}).get("admission") for w in low)
@@ -126,11 +126,11 @@ async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is
         one, two = gpu_job("ml", "one"), gpu_job("ml", "two", gpus=1)
         for n, job in enumerate((one, two)):
             job["metadata"]["uid"] = f"uid-{n}"
-        m1, m2 = ctl._job_model(one), ctl._job_model(two)
+        m1, m2 = ctl.job_steering.adapter.model(one), ctl.job_steering.adapter.model(two)
         assert m1.spec.template is m2.spec.template and m1.metadata.name == "one" and m2.metadata.name == "two"
-        assert ctl._job_model(gpu_job("ml", "three", gpus=2)).spec.template is not m1.spec.template
+        assert ctl.job_steering.adapter.model(gpu_job("ml", "three", gpus=2)).spec.template is not m1.spec.template
         bad = gpu_job("ml", "bad")
         bad["spec"]["template"]["spec"]["containers"][0]["resources"] = "lots"
         with pytest.raises(ValidationError) as err:
-            ctl._job_model(bad)
+            ctl.job_steering.adapter.model(bad)
         assert "spec.template.spec.containers.0.resources" in str(err.value)

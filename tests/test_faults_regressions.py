@@ -46,7 +46,7 @@ async def test_a_victim_suspension_given_up_never_lets_the_preemptor_in():
         for job in run.flame.later:
             await h.submit(job)
         await eventually(lambda: faults.injected["500"] >= 4, what="both victims' suspensions refused twice")
-        await ctl.actions.idle()
+        await ctl.writes.idle()
         faults.clear()
         await asyncio.sleep(0.3)
         assert sum(h.running(*k) for k in run.flame.a_keys) == 2  # the two that fit the free GPUs

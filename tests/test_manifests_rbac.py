@@ -158,7 +158,7 @@ def test_the_deployed_extender_elects_its_leader_where_the_role_grants_the_lease
         command.add_parser(parser.add_subparsers())
         args = parser.parse_args(container["args"])
     assert args.leader_elect
-    from gpuqueue.extender.controller.controller import Options
+    from gpuqueue.extender.controller.options import Options
 
     assert (args.lease_namespace, Options().lease_name) == (NS, access.LEADER_ELECTION_LEASE)
     role_grants = {(sa, scope, name, verb) for sa, scope, _g, res, name, verb in granted() if res == "leases"}

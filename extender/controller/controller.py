@@ -1,5 +1,5 @@
 """The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
-engine's decisions into writes (extender/controller/actions.py).
+engine's decisions into writes (workload_writes.py, jobs.py).
 
 Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
 (`Workload.status.admission` first, before any pass), so nothing is admitted twice.
@@ -8,81 +8,34 @@ Only the leader writes. On becoming leader it rebuilds a fresh engine from what 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from dataclasses import dataclass, field
-import orjson
 from kubernetes_asyncio import client
 from pydantic import ValidationError
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.actions import Actions
+from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
+from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.kube import Informer
+from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.queue_status import QueueStatus
+from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
-from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.extender.quota.model import WorkloadSpec
-from gpuqueue.api import core, kueue
-from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView, is_managed
+from gpuqueue.jobframework.managed import StaticQueueView, is_managed
 
 log = logging.getLogger("gpuqueue.controller")
-
-
-@dataclass
-class Options:
-    debounce: float = 0.02  # seconds to gather changes before a pass
-    # a pass that took t seconds is followed by the next no sooner than pass_spacing * t later (fewer,
-    # larger passes when they are slow). Off: in Kueue's baseline it saved a few seconds of CPU but
-    # delayed every decision by up to twice a pass, and the large class's hand-offs did not gain
-    pass_spacing: float = 0.0
-    status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
-    qps: float = 100.0
-    burst: int = 200
-    concurrency: int = 16
-    watch_timeout: int = 300
-    event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
-    event_burst: int = 100
-    resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
-    request_timeout: float = 30.0  # seconds for one API request (not watches)
-    # attempts of a write failing with 5xx, 429, a timeout or a connection error; None: until it
-    # succeeds or this replica stops leading (a decision given up leaves the API behind the engine)
-    write_retries: int | None = None
-    write_backoff_initial: float = 0.05  # first pause between those attempts, doubled each time
-    write_backoff_max: float = 2.0
-    watch_backoff_initial: float = 0.2  # first pause before listing/watching again after a failure
-    watch_backoff_max: float = 30.0
-    leader_elect: bool = False
-    lease_namespace: str = "gpuqueue-system"
-    lease_name: str = "gpuqueue-extender"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
-    fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
-
-
-@dataclass
-class JobState:
-    key: str  # namespace/name: the engine's key
-    namespace: str
-    name: str
-    uid: str
-    wl_name: str
-    created: float  # creationTimestamp, seconds
-    wl_uid: str = ""
-    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
-    phase: str = "pending"  # pending | admitted | evicting | blocked | finished
-    refusals: int = 0  # how often the API refused the pod template admission needed
-    priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
-    # False while the API surely holds no reservation of ours for it: never admitted in this term, or
-    # its reservation cleared since; True once an admission write may have landed (or on rebuild)
-    maybe_reserved: bool = False
 
 
 class Controller:
@@ -105,9 +58,23 @@ class Controller:
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
         self.jobs: dict[str, JobState] = {}
-        self.pods_by_owner: dict[str, set[str]] = {}
-        self._templates: dict[bytes, core.PodTemplateSpec] = {}  # see _job_model
-        self.actions = Actions(self)
+        o = self.options
+        self.writes = Writes(lambda: self.leader, o, scope_of=lambda cq: cohorts.tree(self.engine, cq))
+        self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
+                                    o.event_burst)
+        records = WorkloadRecords(self.kube, self.informers["workloads"])
+        self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
+                                        self.metrics.admission_wait, self.resubmit, self.mark_dirty,
+                                        o.resubmit_backoff)
+        self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
+                                              self.metrics.preemptions, self.priorities, self.priority_of,
+                                              status_changed=lambda: self.queue_status.changed())
+        self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
+                                        self.metrics, self.workload_writes.evicting, o.status_interval,
+                                        engine=lambda: self.engine if self.leader and self.recovered else None)
+        self.quota_objects = QuotaObjects(self.priorities, self.queue_view, lambda: self.engine,
+                                          lambda: self.writes.releases.regroup(), self.queue_status.changed,
+                                          self.mark_dirty)
         self.leader = False
         self.recovered = False
         self.passes = 0
@@ -124,7 +91,7 @@ class Controller:
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
-        self._tasks.append(asyncio.create_task(self.actions.status_loop(), name="controller:status"))
+        self._tasks.append(asyncio.create_task(self.queue_status.loop(), name="controller:status"))
         o = self.options
         if o.leader_elect:
             self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
@@ -146,7 +113,7 @@ class Controller:
         self.leader = False
         if self._leading_task is not None and not self._leading_task.done():
             self._leading_task.cancel()
-        await self.actions.cancel_all()
+        await self._stop_writing()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -193,9 +160,13 @@ class Controller:
         self.metrics.leader.set(0)
         if self._leading_task is not None and not self._leading_task.done():
             self._leading_task.cancel()
-        await self.actions.cancel_all()
+        await self._stop_writing()
         self.engine = None
         self.jobs.clear()
+
+    async def _stop_writing(self) -> None:
+        await self.writes.cancel_all()
+        self.workload_writes.forget_writes()
 
     def mark_dirty(self) -> None:
         self._dirty.set()
@@ -206,83 +177,10 @@ class Controller:
             self.informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new),
                                              on_delete=delete)
 
-        on("namespaces", self._on_namespace, self._on_namespace_delete)
-        for kind in _SPEC_KINDS:
-            upsert = functools.partial(self._on_spec_object, kind.kind)
-            self.informers[kind.name].add_handler(
-                on_add=upsert, on_update=functools.partial(self._on_spec_update, upsert),
-                on_delete=functools.partial(self._on_spec_delete, kind.kind))
+        self.quota_objects.watch(self.informers)
         on("jobs", self._on_job, self._on_job_delete)
         self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
-        on("pods", self._on_pod, self._on_pod_delete)
-
-    def _on_namespace(self, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        labels = {"kubernetes.io/metadata.name": name, **(obj["metadata"].get("labels") or {})}
-        self.queue_view.namespaces[name] = labels
-        if self.engine is not None:
-            self.engine.set_namespace(name, labels)
-            self.mark_dirty()
-
-    def _on_namespace_delete(self, obj: dict) -> None:
-        self.queue_view.namespaces.pop(obj["metadata"]["name"], None)
-
-    def _apply_spec(self, engine: QuotaEngine | None, kind: str, obj: dict) -> None:
-        try:
-            if kind == "PriorityClass":
-                self.priorities.set_priority_class(core.PriorityClass.model_validate(obj))
-            elif kind == "WorkloadPriorityClass":
-                self.priorities.set_workload_priority_class(kueue.WorkloadPriorityClass.model_validate(obj))
-            elif engine is None:
-                return
-            elif kind == "ResourceFlavor":
-                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(obj)))
-            elif kind == "Cohort":
-                engine.set_cohort(convert.cohort_spec(kueue.Cohort.model_validate(obj)))
-            elif kind == "ClusterQueue":
-                engine.set_cluster_queue(convert.cluster_queue_spec(kueue.ClusterQueue.model_validate(obj)))
-            elif kind == "LocalQueue":
-                spec = convert.local_queue_spec(kueue.LocalQueue.model_validate(obj))
-                engine.set_local_queue(spec)
-                self.queue_view.local_queues.add((spec.namespace, spec.name))
-        except (ValidationError, ValueError, KeyError) as exc:
-            log.warning("ignoring %s %s: %s", kind, W_key(obj), exc)
-
-    def _on_spec_object(self, kind: str, obj: dict) -> None:
-        self._apply_spec(self.engine, kind, obj)
-        if kind in ("ClusterQueue", "Cohort"):
-            self.actions.releases.regroup()  # the cohort trees may have changed
-        self.actions.status_dirty = True
-        self.mark_dirty()
-
-    def _on_spec_update(self, upsert, old: dict, new: dict) -> None:
-        """A write to the status alone (our own ClusterQueue/LocalQueue status writes, once a second
-        per queue, come back this way) changes nothing the engine reads: no engine update, no pass.
-        Re-applying the spec and running a pass for each was a fifth of the controller's CPU in
-        bench/kueue_realtime.py."""
-        if _spec_of(old) == _spec_of(new):
-            self.actions.status_dirty = True  # someone else may have written over ours
-            return
-        upsert(new)
-
-    def _on_spec_delete(self, kind: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        if kind in ("ClusterQueue", "Cohort"):
-            self.actions.releases.regroup()
-        if kind == "PriorityClass":
-            self.priorities.pod_classes.pop(name, None)
-        elif kind == "WorkloadPriorityClass":
-            self.priorities.workload_classes.pop(name, None)
-        elif self.engine is not None:
-            e = self.engine
-            {"ResourceFlavor": lambda: e.remove_flavor(name), "Cohort": lambda: e.remove_cohort(name),
-             "ClusterQueue": lambda: e.remove_cluster_queue(name),
-             "LocalQueue": lambda: e.remove_local_queue(obj["metadata"].get("namespace", "default"), name),
-             }.get(kind, lambda: None)()
-        if kind == "LocalQueue":
-            self.queue_view.local_queues.discard((obj["metadata"].get("namespace", "default"), name))
-        self.actions.status_dirty = True
-        self.mark_dirty()
+        on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
 
     def is_managed(self, job: dict) -> bool:
         return is_managed(job, job["metadata"].get("namespace", "default"), self.queue_view, self.options.managed_jobs)
@@ -290,7 +188,7 @@ class Controller:
     def _on_job(self, job: dict) -> None:
         if not self.recovered or not self.is_managed(job):
             return
-        key = W_key(job)
+        key = object_key(job)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._forget(st)  # a new Job of the same name
@@ -300,17 +198,17 @@ class Controller:
             if W.job_finished(job):
                 st.phase = "finished"
                 return
-            self.actions.ensure_workload(st)
+            self.workload_writes.ensure_workload(st)
             self._submit(st, job)
             if not job["spec"].get("suspend"):
-                self.actions.suspend_unadmitted(st)
+                self.job_steering.suspend_unadmitted(st)
             self.mark_dirty()
             return
         if st.phase != "finished" and W.job_finished(job):
             self._finish(st, W.job_finished(job) or "Complete")
         elif st.phase == "admitted" and job["spec"].get("suspend"):
             self._keep_running(st)
-        self.actions.poke(st.uid)
+        self.job_steering.poke(st.uid)
 
     def _keep_running(self, st: JobState) -> None:
         """Someone suspended a Job whose Workload holds a reservation. As in Kueue, the
@@ -318,14 +216,14 @@ class Controller:
         nodeSelector edited meanwhile does not survive); to stop it, delete it."""
         w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
         if w is not None:
-            self.actions.ensure_running(st, w.admission)
+            self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
-        st = self.jobs.get(W_key(job))
+        st = self.jobs.get(object_key(job))
         if st is None or st.uid != job["metadata"]["uid"]:
             return
         self._forget(st)
-        self.actions.delete_workload(st)
+        self.workload_writes.delete_workload(st)
         self.mark_dirty()
 
     def _on_workload_delete(self, wl: dict) -> None:
@@ -343,29 +241,10 @@ class Controller:
             self._on_job(job)
         self.mark_dirty()
 
-    def _on_pod(self, pod: dict) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Job":
-                self.pods_by_owner.setdefault(ref["uid"], set()).add(W_key(pod))
-                self.actions.poke(ref["uid"])
-
-    def _on_pod_delete(self, pod: dict) -> None:
-        for ref in pod["metadata"].get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Job":
-                pods = self.pods_by_owner.get(ref["uid"])
-                if pods is not None:
-                    pods.discard(W_key(pod))
-                    if not pods:
-                        del self.pods_by_owner[ref["uid"]]
-                self.actions.poke(ref["uid"])
-
-    def pods_gone(self, uid: str) -> bool:
-        return not self.pods_by_owner.get(uid)
-
     # -- jobs and the engine --------------------------------------------------------------------------------
     def _track(self, job: dict) -> JobState:
         meta = job["metadata"]
-        st = JobState(key=W_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
+        st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
                       wl_name=W.workload_name(meta["name"], meta["uid"]),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time())
         self.jobs[st.key] = st
@@ -375,35 +254,14 @@ class Controller:
         """The engine's view of the Job as it stands (its current pod template: after a refused
         template change it still carries its old flavor's nodeSelector, which then limits the
         flavors it can be given)."""
-        model = self._job_model(job)
+        model = self.job_steering.adapter.model(job)
         assert self.engine is not None
         return convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
                                          seq=self.engine.next_seq())
 
-    def _job_model(self, job: dict) -> core.Job:
-        """The Job validated, its pod template validated once per distinct template: Jobs made
-        from one template (most of them) share one model - validating each whole Job was a twelfth
-        of the controller's CPU in bench/kueue_realtime.py - and the engine computes the pod set of
-        a shared template once (convert.pod_set_from_template)."""
-        spec = job.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        if not isinstance(template, dict):
-            return core.Job.model_validate(job)
-        key = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
-        model = self._templates.get(key)
-        if model is None:
-            try:
-                model = core.PodTemplateSpec.model_validate(template)
-            except ValidationError:
-                return core.Job.model_validate(job)  # raises, naming the field from the Job down
-            if len(self._templates) >= 4096:
-                self._templates.clear()
-            self._templates[key] = model
-        return core.Job.model_validate({**job, "spec": {**spec, "template": model}})
-
     def priority_of(self, job: dict) -> int:
         try:
-            return self.priorities.priority_of(self._job_model(job))
+            return self.priorities.priority_of(self.job_steering.adapter.model(job))
         except ValidationError:
             return 0
 
@@ -413,14 +271,14 @@ class Controller:
             spec = self.workload_spec(st, job, queued_at)
         except (ValidationError, ValueError) as exc:
             log.warning("job %s cannot be queued: %s", st.key, exc)
-            self.actions.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
+            self.workload_writes.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
             return
         self.engine.submit(spec)
         st.priority = spec.priority
         st.phase = "pending"
 
     def resubmit(self, st: JobState) -> None:
-        """Queue a Job again after the API refused its admission (see Actions.admit)."""
+        """Queue a Job again after the API refused its admission (see JobSteering.unsuspend)."""
         job = self.informers["jobs"].get(st.key)
         if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
             return
@@ -435,13 +293,13 @@ class Controller:
             if admission is not None and st.phase == "admitted":
                 cq = admission.cluster_queue
         st.phase = "finished"
-        self.actions.finish_workload(st, how, cq)
+        self.workload_writes.finish_workload(st, how, cq)
         self.mark_dirty()
 
     def _forget(self, st: JobState) -> None:
         if self.engine is not None:
             self.engine.delete(st.key)
-        self.actions.evicting.pop(st.key, None)
+        self.workload_writes.evicting.pop(st.key, None)
         self.jobs.pop(st.key, None)
         st.phase = "finished"
 
@@ -450,15 +308,10 @@ class Controller:
         engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
         self.engine = engine
         self.jobs.clear()
-        for name in ("namespaces",):
-            for obj in self.informers[name].list():
-                self._on_namespace(obj)
-        for kind in _SPEC_KINDS:
-            for obj in self.informers[kind.name].list():
-                self._apply_spec(engine, kind.kind, obj)
+        self.quota_objects.load(engine, self.informers)
         workloads = self.informers["workloads"]
         jobs = [j for j in self.informers["jobs"].list() if self.is_managed(j)]
-        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), W_key(j)))
+        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
         now = time.time()
         for job in jobs:
             st = self._track(job)
@@ -467,10 +320,10 @@ class Controller:
             if finished:
                 st.phase = "finished"
                 if wl is not None and not W.is_true(wl, "Finished"):
-                    self.actions.finish_workload(st, finished)
+                    self.workload_writes.finish_workload(st, finished)
                 continue
             if wl is None:
-                self.actions.ensure_workload(st)
+                self.workload_writes.ensure_workload(st)
             admission = ((wl or {}).get("status") or {}).get("admission")
             if admission and W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished"):
                 try:
@@ -487,16 +340,16 @@ class Controller:
                 if W.is_true(wl, "Evicted"):
                     # the last leader died half-way through an eviction: finish it
                     engine.evict(st.key, now)
-                    self.actions.resume_eviction(st, adm.cluster_queue)
+                    self.workload_writes.resume_eviction(st, adm.cluster_queue)
                 else:
-                    self.actions.ensure_running(st, adm)
+                    self.job_steering.ensure_running(st, adm)
                 continue
             requeued = W.condition(wl, "Requeued") if wl else None
             queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
                 "status") == "True" else None
             self._submit(st, job, queued_at)
             if not job["spec"].get("suspend"):
-                self.actions.suspend_unadmitted(st)
+                self.job_steering.suspend_unadmitted(st)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
@@ -521,28 +374,12 @@ class Controller:
         started = time.perf_counter()
         decisions = self.engine.schedule(time.time())
         for dec in decisions:
-            self.actions.apply(dec)
+            self.workload_writes.apply(dec)
         self.passes += 1
         self.metrics.pass_duration.observe(time.perf_counter() - started)
         if decisions:
-            self.actions.status_dirty = True
+            self.queue_status.changed()
         return decisions
-
-
-def W_key(obj: dict) -> str:
-    meta = obj["metadata"]
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else meta["name"]
-
-
-_BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
-
-
-def _spec_of(obj: dict) -> tuple:
-    """Everything of a quota object but its status and the metadata the API server keeps."""
-    meta = obj.get("metadata") or {}
-    return ({k: v for k, v in obj.items() if k not in ("status", "metadata")},
-            {k: v for k, v in meta.items() if k not in _BOOKKEEPING})
 
 
 def _owner_job(obj: dict) -> str:
@@ -550,7 +387,3 @@ def _owner_job(obj: dict) -> str:
         if ref.get("kind") == "Job" and ref.get("controller"):
             return ref.get("name", "")
     return ""
-
-
-_SPEC_KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
-               K.LOCAL_QUEUES)

@@ -209,6 +209,49 @@ def admission_from_status(admission: dict) -> Admission:
                      borrowing=False)
 
 
+# -- status edits -------------------------------------------------------------------------------------------
+# Each sets its fields in place (on a copy the caller made) and returns the Workload, or None when it
+# already is so.
+
+def reserved(wl: dict, admission: Admission) -> dict | None:
+    status = wl.setdefault("status", {})
+    new_admission = admission_to_status(admission)
+    if status.get("admission") == new_admission and is_true(wl, "QuotaReserved") and is_true(wl, "Admitted") \
+            and not is_true(wl, "Evicted") and not is_true(wl, "Preempted"):
+        return None  # an eviction left half-done (marked, reservation kept) is still written over
+    now, gen = now_rfc3339(), wl["metadata"].get("generation")
+    status["admission"] = new_admission
+    conds = status.get("conditions") or []
+    conds = set_condition(conds, "QuotaReserved", "True", "QuotaReserved", reserved_message(admission.cluster_queue),
+                          now, gen)
+    conds = set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, gen)
+    for type_ in ("Evicted", "Preempted"):
+        c = next((c for c in conds if c.get("type") == type_), None)
+        if c is not None and c.get("status") == "True":
+            conds = set_condition(conds, type_, "False", "QuotaReserved", f"Previously: {c.get('message', '')}",
+                                  now, gen)
+    status["conditions"] = conds
+    return wl
+
+
+def unreserved(wl: dict, reason: str, message: str) -> dict:
+    status = wl.setdefault("status", {})
+    now, gen = now_rfc3339(), wl["metadata"].get("generation")
+    status.pop("admission", None)
+    conds = set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason, message, now, gen)
+    conds = set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, gen)
+    status["conditions"] = conds
+    return wl
+
+
+def requeued(wl: dict, reason: str, message: str) -> dict:
+    out = unreserved(wl, "Pending", message)
+    status = out["status"]
+    status["conditions"] = set_condition(status["conditions"], "Requeued", "True", reason, message, now_rfc3339(),
+                                         wl["metadata"].get("generation"))
+    return out
+
+
 # -- the Job's pod template ---------------------------------------------------------------------------------
 
 def _scheduling(template: dict) -> dict:

@@ -1,5 +1,6 @@
-"""HTTP endpoints of `gpuqueue extender`: the scheduler extender verbs over the controller's
-caches (HTTPS on --port), and /healthz, /readyz, /metrics (plain HTTP on --metrics-port)."""
+"""The ops endpoints of `gpuqueue extender`: /healthz, /readyz, /metrics (plain HTTP on
+--metrics-port). The scheduler extender verbs over the controller's caches (HTTPS on --port) are
+extender/scheduler/app.py's."""
 
 from __future__ import annotations
 

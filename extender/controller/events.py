@@ -1,0 +1,65 @@
+"""Kubernetes Events on the Jobs: best effort, never in the way of a decision. Events have a
+budget of their own (like client-go's event spam filter): in a burst the surplus is dropped and
+counted, so events never take the API's capacity from admissions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from prometheus_client import Counter
+
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, INFORM, KubeApi
+from gpuqueue.kube import TokenBucket
+
+log = logging.getLogger("gpuqueue.controller")
+
+
+class EventRecorder:
+    def __init__(self, kube: KubeApi, spawn: Callable[[Awaitable], asyncio.Future], identity: str,
+                 dropped: Counter, qps: float, burst: int) -> None:
+        """`spawn`: runs a write in the background while this replica leads (Writes.spawn)."""
+        self.kube = kube
+        self.spawn = spawn
+        self.identity = identity
+        self.dropped = dropped
+        self._budget = _Budget(qps, burst)
+
+    def event(self, st: JobState, reason: str, message: str, type_: str = "Normal") -> None:
+        if not self._budget.take():
+            self.dropped.inc()
+            return
+        now = W.now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{st.name}.", "namespace": st.namespace},
+            "involvedObject": {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
+                               "apiVersion": "batch/v1"},
+            "reason": reason, "message": message, "type": type_, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "gpuqueue-controller"}, "reportingComponent": "gpuqueue-controller",
+            "reportingInstance": self.identity,
+        }
+
+        async def send():
+            CALL_CLASS.set(INFORM)  # (spawned from a write's task, whose context it copied)
+            try:
+                await self.kube.create(K.EVENTS, st.namespace, body)
+            except Exception as exc:  # noqa: BLE001
+                log.debug("event %s on %s not recorded: %s", reason, st.key, exc)
+
+        self.spawn(send())
+
+
+class _Budget(TokenBucket):
+    """The write limiter's bucket, but never waiting: take() says whether there is a token now."""
+
+    def take(self) -> bool:
+        self._refill()
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

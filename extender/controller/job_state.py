@@ -1,0 +1,41 @@
+"""What the controller keeps of each managed Job while it tracks it, and what its writers read of
+the controller (Scheduling)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+from gpuqueue.extender.quota.engine import QuotaEngine
+
+
+@dataclass
+class JobState:
+    key: str  # namespace/name: the engine's key
+    namespace: str
+    name: str
+    uid: str
+    wl_name: str
+    created: float  # creationTimestamp, seconds
+    wl_uid: str = ""
+    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
+    phase: str = "pending"  # pending | admitted | evicting | blocked | finished
+    refusals: int = 0  # how often the API refused the pod template admission needed
+    priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
+    # False while the API surely holds no reservation of ours for it: never admitted in this term, or
+    # its reservation cleared since; True once an admission write may have landed (or on rebuild)
+    maybe_reserved: bool = False
+
+
+class Scheduling(Protocol):
+    """The controller as its writers see it, live: whether it leads, its engine (None until
+    rebuilt), and the Jobs it tracks (a write for a Job no longer tracked is moot)."""
+
+    @property
+    def leader(self) -> bool: ...
+
+    @property
+    def engine(self) -> QuotaEngine | None: ...
+
+    @property
+    def jobs(self) -> Mapping[str, JobState]: ...

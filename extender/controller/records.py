@@ -1,0 +1,88 @@
+"""The API's record of the objects the controller writes: read from the watch caches, changed by
+read-modify-writes retried on conflict."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.kube import Informer, retry_on_conflict
+
+
+async def read_modify_write(kube: KubeApi, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
+                            change: Callable[[dict], dict | None], subresource: str | None = None,
+                            protect: Callable[[dict], dict] = W.json_copy) -> dict | None:
+    """Read-modify-write of one object, retried on conflict. The cached object saves the first
+    read: if it is stale, the write it leads to fails with 409 and is made again from a live
+    read. But a cache behind the API can also make a needed write look needless (a watch
+    stalled or cut, our own last write not seen yet): "nothing to write" is trusted only when
+    judged on a live read.
+
+    `change` gets the cached object through `protect` - a copy deep enough that what change
+    edits is not the cache's (W.status_copy for changes that only set status fields, identity
+    for changes that build a new object) - and a live read as it is (nobody else holds it)."""
+    first = None
+    if cached is not None:
+        body = change(protect(cached))
+        if body is not None:
+            first = _Computed(body)
+
+    async def read():
+        nonlocal first
+        if first is not None:
+            computed, first = first, None
+            return computed
+        return await kube.get(kind, namespace, name)
+
+    async def send(body):
+        return await kube.replace(kind, body, subresource)
+
+    def guarded(obj):
+        if isinstance(obj, _Computed):
+            return obj.body
+        return change(obj)
+
+    return await retry_on_conflict(read, guarded, send, attempts=8)
+
+
+class _Computed:
+    """A change already worked out from the cached object (see read_modify_write)."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: dict) -> None:
+        self.body = body
+
+
+class WorkloadRecords:
+    """The Workload of each tracked Job."""
+
+    def __init__(self, kube: KubeApi, workloads: Informer) -> None:
+        self.kube = kube
+        self.cache = workloads
+
+    def get(self, st: JobState) -> dict | None:
+        """The cached Workload; until the watch brings it, the one our create returned."""
+        cached = self.cache.get(f"{st.namespace}/{st.wl_name}")
+        if cached is None and st.wl_created is not None:
+            return st.wl_created
+        return cached
+
+    def uid(self, st: JobState | None) -> str:
+        if st is None:
+            return ""
+        return st.wl_uid or (self.get(st) or {}).get("metadata", {}).get("uid", "")
+
+    async def update(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` edits only `status` fields (it sets them, and replaces lists rather than
+        editing them in place)."""
+        try:
+            return await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name, self.get(st), change,
+                                           "status", protect=W.status_copy)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None  # the Job (and with it the Workload) is gone
+            raise

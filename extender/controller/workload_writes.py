@@ -1,0 +1,295 @@
+"""The engine's decisions carried out on Workloads: created for each Job, the pending message, the
+reservation (admission), eviction and requeueing, Finished, deletion. Each is a write in the Job's
+chain (writes.py), so the API's record stays within quota at every instant:
+
+- an admission waits for every release under way in its cohort tree when it was decided;
+- a victim's quota counts until its pods are gone: only then is its reservation cleared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+from prometheus_client import Counter
+
+from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
+from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.quota import convert
+from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.quota.model import Admission
+
+
+
+class WorkloadWrites:
+    def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
+                 writes: Writes, events: EventRecorder, preemptions: Counter, priorities: convert.PriorityResolver,
+                 priority_of: Callable[[dict], int], status_changed: Callable[[], None]) -> None:
+        """`status_changed`: the queues' status may show something else now (QueueStatus.changed)."""
+        self.sched = sched
+        self.kube = kube
+        self.workloads = workloads
+        self.jobs = jobs
+        self.writes = writes
+        self.events = events
+        self.preemptions = preemptions
+        self.priorities = priorities
+        self.priority_of = priority_of
+        self.status_changed = status_changed
+        self._created: dict[str, asyncio.Future] = {}
+        self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
+        self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
+
+    def forget_writes(self) -> None:
+        """The writes were cancelled (Writes.cancel_all)."""
+        self._created.clear()
+        self.evicting.clear()
+        self._pending_latest.clear()
+
+    # -- decisions ----------------------------------------------------------------------------------------------
+    def apply(self, dec: d.Decision) -> None:
+        st = self.sched.jobs.get(dec.key)
+        if st is None:
+            return
+        if isinstance(dec, d.Admitted):
+            self.admit(st, dec.admission)
+        elif isinstance(dec, d.Preempted):
+            self.preemptions.labels(dec.preemptor_cluster_queue, dec.reason).inc()
+            preemptor = self.sched.jobs.get(dec.preemptor)
+            engine = self.sched.engine
+            paths = (cohorts.path(engine, dec.preemptor_cluster_queue), cohorts.path(engine, dec.cluster_queue))
+
+            async def message() -> str:
+                # the preemptor's Workload may still be on its way to the API: its UID goes in the message
+                created = self._created.get(dec.preemptor)
+                if created is not None:
+                    await asyncio.gather(asyncio.shield(created), return_exceptions=True)
+                return W.preemption_message(self.workloads.uid(preemptor), preemptor.uid if preemptor else "",
+                                            dec.reason, *paths)
+
+            self.evict(st, "Preempted", message, dec.reason, dec.cluster_queue)
+        elif isinstance(dec, d.Evicted):
+            async def fixed(text=dec.message) -> str:
+                return text
+
+            self.evict(st, dec.reason, fixed, None, dec.cluster_queue)
+        elif isinstance(dec, d.Pending):
+            self.pending(st, dec.cluster_queue, dec.message, dec.reason)
+
+    # -- created, pending, admitted -------------------------------------------------------------------------------
+    def ensure_workload(self, st: JobState) -> None:
+        async def create():
+            CALL_TAG.set(_creation_tag(st.key))  # admit() may move it up (this task's context only)
+            if st.phase == "admitted":
+                CALL_CLASS.set(URGENT)
+            if self.workloads.get(st) is not None:
+                return
+            job = self.jobs.job(st)
+            if job is None:
+                return
+            pc = W.priority_class_of(job, self.priorities.workload_classes, self.priorities.pod_classes)
+            priority = st.priority if st.priority is not None else self.priority_of(job)
+            body = W.build_workload(job, priority, pc)
+            try:
+                created = await self.kube.create(K.WORKLOADS, st.namespace, body)
+            except Exception as exc:
+                if is_status(exc, 409):
+                    return  # already there (a previous term created it)
+                if is_status(exc, 404):
+                    return  # namespace gone
+                raise
+            st.wl_uid = created["metadata"].get("uid", "")
+            st.wl_created = created
+            self.events.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
+
+        task = self.writes.chain(st.key, create)
+        self._created[st.key] = task
+        task.add_done_callback(lambda t, k=st.key: self._created.pop(k, None) if self._created.get(k) is t else None)
+
+    def pending(self, st: JobState, cq: str | None, message: str, reason: str) -> None:
+        def change(wl: dict) -> dict | None:
+            if (wl.get("status") or {}).get("admission"):
+                return None  # admitted meanwhile; a later decision says otherwise if it is not
+            c = W.condition(wl, "QuotaReserved")
+            if c is not None and c.get("status") == "False" and c.get("message") == message and c.get(
+                    "reason") == reason:
+                return None
+            status = wl.setdefault("status", {})
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason,
+                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            return wl
+
+        first = W.condition(self.workloads.get(st), "QuotaReserved") is None
+        token = self._pending_latest[st.key] = object()
+
+        async def write():
+            # Written only if it is still the last word when its turn in the chain comes: with a
+            # deep write queue a workload is often admitted, or given a newer message, meanwhile
+            # (a workload admitted at its first look never shows QuotaReserved=False, as in Kueue).
+            if self._pending_latest.get(st.key) is not token:
+                return
+            del self._pending_latest[st.key]
+            if st.phase != "pending":
+                return
+            CALL_TAG.set(_pending_tag(st.key))  # admit() withdraws it while it waits for a connection
+            try:
+                result = await self.workloads.update(st, change)
+            except asyncio.CancelledError:
+                if self.sched.leader and st.phase != "pending" and not asyncio.current_task().cancelling():
+                    return  # withdrawn: the workload was admitted meanwhile (the chain goes on)
+                raise
+            if result is not None and first and st.phase == "pending":
+                self.events.event(st, "Pending", message)
+
+        self.writes.chain(st.key, write, call_class=INFORM)
+
+    def admit(self, st: JobState, admission: Admission) -> None:
+        """The reservation first (the record), then the Job started."""
+        st.phase = "admitted"
+        barrier = self.writes.barrier(admission.cluster_queue)
+        if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
+            self.kube.promote(_creation_tag(st.key))
+        self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
+        flavors = self.jobs.flavors(admission)
+        wl = self.workloads.get(st)
+        resumed = W.is_true(wl, "Requeued") or W.condition(wl, "Evicted") is not None
+
+        async def write():
+            if barrier is not None and not await self.writes.wait(barrier):
+                return  # a release was abandoned: this replica is stopping, the next one decides
+            if not self.sched.leader or self.sched.jobs.get(st.key) is not st or st.phase != "admitted":
+                return
+            st.maybe_reserved = True  # from the moment the write may land, whatever its outcome
+            wrote = await self.workloads.update(st, lambda wl: W.reserved(wl, admission))
+            if wrote is None and self.workloads.get(st) is None:
+                return
+            await self.jobs.unsuspend(st, admission, flavors, resumed)
+
+        self.writes.chain(st.key, write, call_class=URGENT)
+
+    # -- evicted and requeued --------------------------------------------------------------------------------------
+    def evict(self, st: JobState, reason: str, make_message: Callable[[], Awaitable[str]],
+              preempted_reason: str | None, cluster_queue: str | None = None) -> None:
+        st.phase = "evicting"
+        self._note_evicting(st)
+        rid = self.writes.release(cluster_queue)
+        message = ""
+
+        def mark(wl: dict) -> dict | None:
+            status = wl.setdefault("status", {})
+            if not status.get("admission"):
+                return None
+            now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
+            conds = W.set_condition(status.get("conditions") or [], "Evicted", "True", reason, message, now, gen)
+            if preempted_reason is not None:
+                conds = W.set_condition(conds, "Preempted", "True", preempted_reason, message, now, gen)
+            if W.is_true(wl, "Evicted") and conds == status.get("conditions"):
+                return None
+            status["conditions"] = conds
+            return wl
+
+        first_try = True
+
+        async def write():
+            nonlocal message, first_try
+            skip, first_try = first_try and not st.maybe_reserved, False  # (a retry finishes what it began)
+            if skip:
+                # Preempted before its admission was written (the admission, chained before this,
+                # saw the Job was no longer admitted and wrote nothing): the API holds no
+                # reservation for it and its Job was never unsuspended, so there is nothing to undo.
+                self._evicted(st)
+                return
+            message = await make_message()
+            marked = await self.workloads.update(st, mark)
+            if marked is not None:
+                self.events.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
+            await self._complete_eviction(st, reason, message, rid)
+
+        self.writes.chain(st.key, write, release=rid)
+
+    def _note_evicting(self, st: JobState) -> None:
+        adm = ((self.workloads.get(st) or {}).get("status") or {}).get("admission")
+        if adm:
+            try:
+                self.evicting[st.key] = W.admission_from_status(adm)
+            except (KeyError, ValueError):
+                pass
+
+    def resume_eviction(self, st: JobState, cluster_queue: str | None = None) -> None:
+        st.phase = "evicting"
+        self._note_evicting(st)
+        rid = self.writes.release(cluster_queue)
+        wl = self.workloads.get(st)
+        c = W.condition(wl, "Evicted") or {}
+
+        async def write():
+            await self._complete_eviction(st, c.get("reason", "Preempted"), c.get("message", ""), rid)
+
+        self.writes.chain(st.key, write, release=rid)
+
+    async def _complete_eviction(self, st: JobState, reason: str, message: str, rid: int | None = None) -> None:
+        """Suspend the Job, wait until its pods are gone, clear the reservation - the release
+        `rid`, marked done right there, so the preemptor waiting on it is written one round trip
+        sooner - then restore the Job's own pod template (before any re-admission of this Job:
+        that write waits in the same chain)."""
+        await self.jobs.suspend(st)
+        await self.jobs.wait_stopped(st)
+        await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message))
+        if rid is not None:
+            self.writes.released(rid)
+        self._evicted(st)
+        await self.jobs.restore(st)
+
+    def _evicted(self, st: JobState) -> None:
+        """The victim's reservation is gone from the API."""
+        st.maybe_reserved = False
+        self.evicting.pop(st.key, None)
+        self.status_changed()
+        if st.phase == "evicting":
+            st.phase = "pending"
+
+    # -- finished and deleted -----------------------------------------------------------------------------------
+    def finish_workload(self, st: JobState, how: str, cluster_queue: str | None = None) -> None:
+        """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
+        the API may still show a reservation, so every admission waits for this write)."""
+        rid = self.writes.release(cluster_queue)
+
+        def change(wl: dict) -> dict | None:
+            if W.is_true(wl, "Finished"):
+                return None
+            status = wl.setdefault("status", {})
+            reason, message = ("Succeeded", "Job finished successfully") if how == "Complete" else (
+                "Failed", "Job failed")
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "Finished", "True", reason,
+                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            return wl
+
+        async def write():
+            await self.workloads.update(st, change)
+
+        self.writes.chain(st.key, write, release=rid)
+
+    def delete_workload(self, st: JobState) -> None:
+        """The Job is gone: the API's garbage collector removes the Workload too, but not at once;
+        delete it here so its reservation leaves the record before anything uses the room."""
+        rid = self.writes.release()
+
+        async def write():
+            await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
+
+        self.writes.chain(st.key, write, release=rid)
+
+
+def _creation_tag(key: str) -> str:
+    return "create-workload:" + key
+
+
+def _pending_tag(key: str) -> str:
+    return "pending-message:" + key
