@@ -1,6 +1,6 @@
 """Running scenario files through the simulator and reading its JSON Lines output.
 
-The tests in tests/test_engine_*.py assert on exactly what `gpuqueue simulate --output json`
+The tests in tests/test_quota_*.py assert on exactly what `gpuqueue simulate --output json`
 prints (SIMULATE.md), so the helper renders through the same code path and parses the lines.
 """
 

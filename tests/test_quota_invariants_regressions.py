@@ -1,4 +1,4 @@
-"""Minimal histories that broke an invariant of tests/test_invariants_engine.py, kept as plain
+"""Minimal histories that broke an invariant of tests/test_quota_invariants.py, kept as plain
 tests: each failed until the engine was fixed (a workload preempted in a pass neither
 preempts nor is preempted again in the same pass)."""
 

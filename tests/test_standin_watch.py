@@ -10,7 +10,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tests.standin import ApiServer
 from tests.standin import resources as R
 
-from .test_apiserver_rest import FIX, KUEUE, MERGE, fixture, job_body, status_of
+from .test_standin_rest import FIX, KUEUE, MERGE, fixture, job_body, status_of
 
 
 @pytest.fixture
