@@ -142,6 +142,12 @@ def run_explain(args: argparse.Namespace) -> int:
         print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)
         return 2
 
+    try:
+        _, enforcement = load_configuration(args.config)
+    except ValueError as exc:
+        print(f"gpuqueue explain: {exc}", file=sys.stderr)
+        return 2
+
     async def go() -> int:
         try:
             api = await api_client(args.kubeconfig)
@@ -149,7 +155,7 @@ def run_explain(args: argparse.Namespace) -> int:
             print(f"gpuqueue explain: no cluster ({exc})", file=sys.stderr)
             return 1
         try:
-            text, code = await explain_job(api, args.job)
+            text, code = await explain_job(api, args.job, enforcement)
         finally:
             await api.close()
         print(text)
