@@ -69,9 +69,10 @@ class InMemoryClusterView:
     def forget(self, job: str) -> None:
         self._workloads.pop(self._owner_of(job), None)
 
-    def add_pod(self, pod: Pod | Mapping) -> CachedPod:
+    def add_pod(self, pod: CachedPod | Pod | Mapping) -> CachedPod:
         """As the pod informer would: ``pod`` is a Pod object (``metadata``, ``spec``)."""
-        cached = CachedPod.of(pod if isinstance(pod, Pod) else Pod.model_validate(pod))
+        cached = pod if isinstance(pod, CachedPod) else CachedPod.of(
+            pod if isinstance(pod, Pod) else Pod.model_validate(pod))
         self._pods[cached.uid] = cached
         return cached
 
