@@ -97,6 +97,14 @@ class Cluster:
                          what=f"{job['metadata']['name']} admitted, as the extender sees it")
         return self.h.job("team-a", job["metadata"]["name"])
 
+    async def pods_made(self, job: dict, count: int) -> list[dict]:
+        """The job controller's pods of ``job``, once there are ``count`` and the extender knows them."""
+        await eventually(lambda: len(self.pods_of(job)) == count, what=f"{count} pods of {job['metadata']['name']}")
+        pods = self.pods_of(job)
+        for pod in pods:
+            await self.known(pod)
+        return pods
+
     async def create_pod(self, pod: dict) -> dict:
         created = await self.h.kube.create(K.PODS, pod["metadata"]["namespace"], pod)
         await self.known(created)
@@ -196,18 +204,13 @@ async def test_pods_beyond_the_admitted_count_are_refused_before_the_controller_
     in flight or bound, and lets one through again only once the first has terminated."""
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1", completions=8))
-        await eventually(lambda: len(c.pods_of(job)) == 1, what="the admitted pod")
-        first = c.pods_of(job)[0]
-        await c.known(first)
+        (first,) = await c.pods_made(job, 1)
         assert (await c.filter(first))["NodeNames"] == NODES
         reserved = max(await c.prioritize(first), key=lambda h: (h["Score"], h["Host"] == NODES[0]))["Host"]
         assert c.view.nodes.pod_node(first["metadata"]["uid"]) == (reserved, False)  # in flight
         c.freeze_controller()
         await c.h.edit(K.JOBS, "team-a", "train-1", lambda j: j["spec"].__setitem__("parallelism", 8))
-        await eventually(lambda: len(c.pods_of(job)) == 8, what="the job controller's 7 more pods")
-        extra = [p for p in c.pods_of(job) if p["metadata"]["uid"] != first["metadata"]["uid"]]
-        for pod in extra:
-            await c.known(pod)
+        extra = [p for p in await c.pods_made(job, 8) if p["metadata"]["uid"] != first["metadata"]["uid"]]
         wl = W.workload_name("train-1", job["metadata"]["uid"])
         full = f"gpuqueue: pod set main of workload team-a/{wl} is admitted for 1 pod and 1 already runs"
         for pod in extra:
@@ -231,9 +234,7 @@ async def test_pods_beyond_the_admitted_count_are_refused_before_the_controller_
 async def test_a_pod_being_deleted_counts_until_it_is_gone(tmp_path):
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1"))
-        await eventually(lambda: len(c.pods_of(job)) == 1, what="the admitted pod")
-        first = c.pods_of(job)[0]
-        await c.known(first)
+        (first,) = await c.pods_made(job, 1)
         node = await c.schedule(first)
         c.freeze_controller()
         c.h.api.cluster.pod_deletion_delay = None  # the kubelet takes its time: the pod runs on, Terminating
@@ -256,9 +257,7 @@ async def test_a_pod_being_deleted_counts_until_it_is_gone(tmp_path):
 async def test_forged_prioritize_reserves_nothing_and_real_pods_keep_their_gpus(tmp_path):
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1"))
-        await eventually(lambda: len(c.pods_of(job)) == 1, what="the admitted pod")
-        real = c.pods_of(job)[0]
-        await c.known(real)
+        (real,) = await c.pods_made(job, 1)
         owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-1", "uid": job["metadata"]["uid"],
                   "controller": True}]
 
@@ -304,9 +303,7 @@ async def test_forged_prioritize_reserves_nothing_and_real_pods_keep_their_gpus(
 async def test_without_kube_schedulers_client_certificate_nothing_is_served(tmp_path):
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1"))
-        await eventually(lambda: len(c.pods_of(job)) == 1, what="the admitted pod")
-        real = c.pods_of(job)[0]
-        await c.known(real)
+        (real,) = await c.pods_made(job, 1)
         body = {"Pod": real, "Nodes": None, "NodeNames": NODES}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous_context(c.cert_dir))) as anon:
             for verb in ("filter", "prioritize", "preempt"):
@@ -363,10 +360,10 @@ async def test_a_pod_asking_more_than_its_pod_set_was_admitted_per_pod_is_refuse
     can write that ownerReference) asking for more, however they ask, are refused; as much passes."""
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1", parallelism=4, completions=4))
-        await eventually(lambda: len(c.pods_of(job)) == 4, what="the admitted pods")
+        pods = await c.pods_made(job, 4)
         wl = W.workload_name("train-1", job["metadata"]["uid"])
         c.freeze_controller()
-        for pod in c.pods_of(job)[:3]:
+        for pod in pods[:3]:
             c.h.api.cluster.delete(R.PODS, "team-a", pod["metadata"]["name"], grace_period=0)  # room in the count
         init = gpu_pod("init-heavy", owner=job, initContainers=[
             {"name": "warm", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "4"}}}])
@@ -405,9 +402,7 @@ async def test_a_pod_of_a_finished_workload_is_refused(tmp_path):
 async def test_preempt_with_an_out_of_range_pdb_count_is_answered(tmp_path):
     async with cluster(tmp_path) as c:
         job = await c.admitted(gpu_job("train-1"))
-        await eventually(lambda: len(c.pods_of(job)) == 1, what="the admitted pod")
-        pod = c.pods_of(job)[0]
-        await c.known(pod)
+        (pod,) = await c.pods_made(job, 1)
         victim = await c.create_pod(gpu_pod("victim", "kube-system"))
         body = {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
             "gh200-node-1": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": "99999999999999999999"}}}

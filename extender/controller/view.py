@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from gpuqueue.api.base import Toleration
 from gpuqueue.api.core import Pod
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
+from gpuqueue.extender.scheduler.indexes import ViewIndexes
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
                                               Violation, WorkloadEntry)
 from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuqueue.controller")
 
 _TERMINATED = ("Succeeded", "Failed")
-_QUOTA_FIRST = {ADMITTED: 0, EVICTED: 1, PENDING: 2, FINISHED: 3}  # which of an owner's Workloads counts
 
 
 def _controller_uid(meta: Mapping) -> str | None:
@@ -89,7 +88,7 @@ def covered_resources(cluster_queues: Iterable[dict]) -> frozenset[str]:
                      for r in (rg.get("coveredResources") or ()) if isinstance(r, str))
 
 
-class CacheView:
+class CacheView(ViewIndexes):
     """A ClusterView over objects handed to it one by one (``upsert_*``/``remove_*``)."""
 
     def __init__(self, enforcement: EnforcementConfig | None = None,
@@ -97,14 +96,9 @@ class CacheView:
                  flavors: Mapping[str, dict] | None = None) -> None:
         """``cluster_queues``: the ClusterQueue objects, or None while they are not known yet;
         ``flavors``: the ResourceFlavor objects by name (a live mapping)."""
-        self._enforcement = enforcement or EnforcementConfig()
+        super().__init__(enforcement=enforcement)
         self._cluster_queues = cluster_queues
         self._flavors = flavors if flavors is not None else {}
-        self._nodes = NodeCache()
-        self._pods: dict[str, CachedPod] = {}
-        self._owners: dict[str, Owner] = {}
-        self._workloads: dict[str, WorkloadEntry] = {}  # by namespace/name
-        self._by_owner: dict[str, dict[str, WorkloadEntry]] = {}
         self._covered: frozenset[str] | None = None
         self._covered_stale = True
 
@@ -120,11 +114,10 @@ class CacheView:
 
     def upsert_pod(self, obj: dict) -> None:
         try:
-            pod = CachedPod.of(Pod.model_validate(obj))
+            pod = self.put_pod(CachedPod.of(Pod.model_validate(obj)))
         except ValidationError as exc:
             log.warning("pod %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
             return
-        self._pods[pod.uid] = pod
         phase = (obj.get("status") or {}).get("phase")
         node = (obj.get("spec") or {}).get("nodeName")
         if phase in _TERMINATED:
@@ -135,46 +128,33 @@ class CacheView:
 
     def remove_pod(self, obj: dict) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
-        self._pods.pop(uid, None)
+        self.drop_pod(uid)
         self._nodes.release(uid)
 
     def upsert_job(self, obj: dict) -> None:
         meta = obj.get("metadata") or {}
         if meta.get("uid"):
-            self._owners[meta["uid"]] = Owner(meta["uid"], meta.get("namespace") or "", "Job", meta.get("name") or "",
-                                              _controller_uid(meta))
+            self.put_owner(Owner(meta["uid"], meta.get("namespace") or "", "Job", meta.get("name") or "",
+                                 _controller_uid(meta)))
 
     def remove_job(self, obj: dict) -> None:
-        self._owners.pop((obj.get("metadata") or {}).get("uid", ""), None)
+        self.drop_owner((obj.get("metadata") or {}).get("uid", ""))
 
     def upsert_workload(self, obj: dict) -> None:
-        self.remove_workload(obj)
         entry = workload_entry(obj, self._flavors)
-        if entry is not None:
-            self._workloads[entry.key] = entry
-            self._by_owner.setdefault(entry.owner_uid, {})[entry.key] = entry
+        if entry is None:
+            self.remove_workload(obj)
+        else:
+            self.put_workload(entry)
 
     def remove_workload(self, obj: dict) -> None:
         meta = obj.get("metadata") or {}
-        old = self._workloads.pop(f"{meta.get('namespace') or ''}/{meta.get('name') or ''}", None)
-        if old is not None:
-            owned = self._by_owner.get(old.owner_uid, {})
-            owned.pop(old.key, None)
-            if not owned:
-                self._by_owner.pop(old.owner_uid, None)
+        self.drop_workload(f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
 
     def cluster_queues_changed(self) -> None:
         self._covered_stale = True
 
     # -- ClusterView ---------------------------------------------------------------------------
-    @property
-    def nodes(self) -> NodeCache:
-        return self._nodes
-
-    @property
-    def enforcement(self) -> EnforcementConfig:
-        return self._enforcement
-
     def covered_resources(self) -> frozenset[str] | None:
         if self._covered_stale:
             cqs = self._cluster_queues()
@@ -182,20 +162,6 @@ class CacheView:
                 return None
             self._covered, self._covered_stale = covered_resources(cqs), False
         return self._covered
-
-    def pod(self, uid: str) -> CachedPod | None:
-        return self._pods.get(uid)
-
-    def owner(self, uid: str) -> Owner | None:
-        return self._owners.get(uid)
-
-    def workload_owned_by(self, uid: str) -> WorkloadEntry | None:
-        owned = self._by_owner.get(uid)
-        if not owned:
-            return None
-        if len(owned) == 1:
-            return next(iter(owned.values()))
-        return min(owned.values(), key=lambda e: (_QUOTA_FIRST[e.state], e.name))
 
     def may_evict(self, pod: CachedPod) -> bool:
         """kube-scheduler may not evict pods of Workloads holding quota: quota preemption is the

@@ -13,6 +13,7 @@ from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 from gpuqueue.extender.scheduler.ownership import MAIN
+from gpuqueue.extender.scheduler.indexes import ViewIndexes
 from gpuqueue.extender.scheduler.view import (ADMITTED, PENDING, CachedPod, Owner, PodSetAdmission, Violation,
                                               WorkloadEntry)
 
@@ -26,27 +27,21 @@ def job_uid(job: str) -> str:
     return f"uid-of-job-{job}"
 
 
-class InMemoryClusterView:
+class InMemoryClusterView(ViewIndexes):
     """Jobs are named ``namespace/name``; a pod belongs to one through its controller
     ownerReference's uid (``job_uid``), as with the controller's view."""
 
     def __init__(self, nodes: NodeCache | None = None, may_evict: Callable[[CachedPod], bool] | None = None,
                  enforcement: EnforcementConfig | None = None, covered: frozenset[str] | None = None) -> None:
-        self._nodes = nodes if nodes is not None else NodeCache()
-        self._enforcement = enforcement or EnforcementConfig()
+        super().__init__(nodes, enforcement)
         self._covered = covered
-        self._pods: dict[str, CachedPod] = {}
-        self._owners: dict[str, Owner] = {}
-        self._workloads: dict[str, WorkloadEntry] = {}  # by owner uid
         self._may_evict = may_evict or (lambda pod: False)
         self.violations: deque[Violation] = deque(maxlen=256)  # the last ones reported
 
     # -- what tests and the benchmark set up -------------------------------------
     def add_job(self, job: str, uid: str | None = None) -> Owner:
         namespace, name = job.split("/", 1)
-        owner = Owner(uid or job_uid(job), namespace, "Job", name)
-        self._owners[owner.uid] = owner
-        return owner
+        return self.put_owner(Owner(uid or job_uid(job), namespace, "Job", name))
 
     def admit(self, job: str, flavor: FlavorSelector, *, count: int = DEFAULT_COUNT,
               per_pod: Mapping[str, int] | None = None, uid: str | None = None) -> WorkloadEntry:
@@ -61,23 +56,21 @@ class InMemoryClusterView:
 
     def set_state(self, job: str, state: str, message: str = "") -> None:
         """Move Job ``job``'s Workload to ``state`` (``view.EVICTED``, ``view.FINISHED``, ...)."""
-        owner = self._owner_of(job)
-        wl = self._workloads[owner]
-        self._workloads[owner] = WorkloadEntry(wl.namespace, wl.name, wl.owner_uid, state, message, wl.flavor,
-                                               wl.pod_sets)
+        wl = self.workload_owned_by(self._owner_of(job))
+        self.put_workload(WorkloadEntry(wl.namespace, wl.name, wl.owner_uid, state, message, wl.flavor, wl.pod_sets))
 
     def forget(self, job: str) -> None:
-        self._workloads.pop(self._owner_of(job), None)
+        wl = self.workload_owned_by(self._owner_of(job))
+        if wl is not None:
+            self.drop_workload(wl.key)
 
     def add_pod(self, pod: CachedPod | Pod | Mapping) -> CachedPod:
         """As the pod informer would: ``pod`` is a Pod object (``metadata``, ``spec``)."""
-        cached = pod if isinstance(pod, CachedPod) else CachedPod.of(
-            pod if isinstance(pod, Pod) else Pod.model_validate(pod))
-        self._pods[cached.uid] = cached
-        return cached
+        return self.put_pod(pod if isinstance(pod, CachedPod) else CachedPod.of(
+            pod if isinstance(pod, Pod) else Pod.model_validate(pod)))
 
     def remove_pod(self, uid: str) -> None:
-        self._pods.pop(uid, None)
+        self.drop_pod(uid)
 
     def set_eviction_policy(self, may_evict: Callable[[CachedPod], bool]) -> None:
         self._may_evict = may_evict
@@ -88,30 +81,12 @@ class InMemoryClusterView:
     def _put(self, job: str, uid: str | None, state: str, message: str, flavor: FlavorSelector | None,
              pod_sets: Mapping[str, PodSetAdmission]) -> WorkloadEntry:
         owner = self.add_job(job, uid or self._owner_of(job))
-        wl = WorkloadEntry(owner.namespace, f"job-{owner.name}", owner.uid, state, message, flavor, pod_sets)
-        self._workloads[owner.uid] = wl
-        return wl
+        return self.put_workload(WorkloadEntry(owner.namespace, f"job-{owner.name}", owner.uid, state, message,
+                                               flavor, pod_sets))
 
-    # -- ClusterView -------------------------------------------------------------
-    @property
-    def nodes(self) -> NodeCache:
-        return self._nodes
-
-    @property
-    def enforcement(self) -> EnforcementConfig:
-        return self._enforcement
-
+    # -- ClusterView (the rest: ViewIndexes) ------------------------------------------
     def covered_resources(self) -> frozenset[str] | None:
         return self._covered
-
-    def pod(self, uid: str) -> CachedPod | None:
-        return self._pods.get(uid)
-
-    def owner(self, uid: str) -> Owner | None:
-        return self._owners.get(uid)
-
-    def workload_owned_by(self, uid: str) -> WorkloadEntry | None:
-        return self._workloads.get(uid)
 
     def may_evict(self, pod: CachedPod) -> bool:
         return bool(self._may_evict(pod))
