@@ -519,3 +519,71 @@ async def test_https_only_unless_plain_http_is_asked_for(pki):
                 assert (await resp.json())["Error"].startswith("gpuqueue: pod team-b/nct-low-1 (uid ")
     finally:
         await runner.cleanup()
+
+
+# -- enforcement, state by state (the hostile-tenant cases over the controller's caches are in
+#    test_scheduler_enforcement.py) ------------------------------------------------------------------
+
+def _refused(r: dict) -> set[str]:
+    assert r["NodeNames"] == [] and r["FailedNodes"] == {}
+    return set(r["FailedAndUnresolvableNodes"].values())
+
+
+@pytest.mark.parametrize("mode", ["Strict", "Audit", "Off"])
+async def test_each_workload_state_and_pod_set_in_each_mode(pki, mode):
+    from gpuqueue.extender.scheduler.view import EVICTED, FINISHED, PodSetAdmission, WorkloadEntry
+
+    view = mixed_cluster(enforcement=EnforcementConfig(mode=mode))
+    async for ext in running_extender(pki, view):
+        placed = ["gh200-node-2", "gh200-node-1"]
+        everywhere = ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+        # a Job of another namespace named as controller: not its Workload (nor its quota)
+        view.admit("team-a/train", GH, count=1)
+        stranger = job_pod(fixture(FILTER_NCT), uid="stranger")
+        stranger["Pod"]["metadata"]["ownerReferences"][0]["uid"] = job_uid("team-a/train")
+        r = await ext.post("filter", stranger)
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no "
+                                   "admitted workload"}
+        else:
+            assert r["NodeNames"] == everywhere
+        # being evicted: no new pods (Off: still kept to its flavor)
+        view.admit("team-b/train", GH)
+        view.set_state("team-b/train", EVICTED, "Preempted to accommodate a workload")
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="late"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but its workload "
+                                   "team-b/job-train is being evicted (Preempted to accommodate a workload)"}
+        else:
+            assert r["NodeNames"] == placed
+        view.set_state("team-b/train", FINISHED)
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="later"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but its workload "
+                                   "team-b/job-train is finished"}
+        else:
+            assert r["NodeNames"] == everywhere
+        # a pod set the admission does not name
+        view.put_workload(WorkloadEntry("team-b", "job-train", job_uid("team-b/train"), "admitted", "", GH,
+                                        {"workers": PodSetAdmission(2, {"nvidia.com/gpu": 8})}))
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="odd"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 is in pod set main of workload team-b/job-train, "
+                                   "which has no admission"}
+        else:
+            assert r["NodeNames"] == placed
+        # one pod admitted, a second one: Audit lets it through and holds its GPUs like any admitted pod's
+        view.admit("team-b/train", GH, count=1, per_pod={"nvidia.com/gpu": 4})
+        view.nodes.bind("first", "gh200-node-1", 4, job_key=job_uid("team-b/train"))
+        second = job_pod(fixture(FILTER_NCT), uid="second")
+        r = await ext.post("filter", second)
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod set main of workload team-b/job-train is admitted for 1 pod and "
+                                   "1 already runs"}
+        else:
+            assert r["NodeNames"] == ["gh200-node-2"]  # kept to its flavor, where there is room
+            assert view.nodes.pod_node("second") == ("gh200-node-2", False)
+        reasons = [v.reason for v in view.violations]
+        assert reasons == ([] if mode == "Off" else
+                           ["no_workload", "workload_evicted", "workload_finished", "pod_set_not_admitted",
+                            "pod_set_full"])
