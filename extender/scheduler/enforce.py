@@ -107,22 +107,26 @@ def _violation(view: ClusterView, pod: CachedPod, member: Membership | None, che
         return Violation(f"workload_{wl.state}", f"gpuqueue: pod {pod.key} requests {asks} but its workload "
                          f"{wl.key} {why}", pod)
     admitted = wl.pod_sets.get(member.pod_set)
-    where = f"pod set {member.pod_set} of workload {wl.key}"
     if admitted is None:
-        return Violation("pod_set_not_admitted", f"gpuqueue: pod {pod.key} is in {where}, which has no admission",
-                         pod)
+        return Violation("pod_set_not_admitted", f"gpuqueue: pod {pod.key} is in {_where(member)}, which has no "
+                         "admission", pod)
     for r in checked:
         need, total = pod.requests[r], admitted.usage.get(r, 0)
         if need * admitted.count > total:
             per_pod = format_engine_int(r, total // admitted.count) if admitted.count > 0 else "0"
             return Violation("requests_exceed_admission", f"gpuqueue: pod {pod.key} requests "
-                             f"{format_engine_int(r, need)} {r} but {where} is admitted for {per_pod} per pod", pod)
+                             f"{format_engine_int(r, need)} {r} but {_where(member)} is admitted for {per_pod} per pod",
+                             pod)
     nodes = view.nodes
     running = sum(nodes.job_pods(key) for key in member.counted)
     if nodes.pod_job(pod.uid) in member.counted:
         running -= 1  # itself, bound or in flight: it does not take a second place
     if running >= admitted.count:
-        return Violation("pod_set_full", f"gpuqueue: {where} is admitted for {admitted.count} "
+        return Violation("pod_set_full", f"gpuqueue: {_where(member)} is admitted for {admitted.count} "
                          f"pod{'' if admitted.count == 1 else 's'} and {running} already "
                          f"run{'s' if running == 1 else ''}", pod)
     return None
+
+
+def _where(member: Membership) -> str:
+    return f"pod set {member.pod_set} of workload {member.workload.key}"
