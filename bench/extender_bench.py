@@ -6,6 +6,11 @@ cordoned or tainted), pods of admitted Jobs whose filter request names 500 candi
 then POST /prioritize with exactly the nodes /filter answered, as kube-scheduler does (same pod
 bytes, the answered NodeNames in order).
 
+Every pod is in the extender's pod cache (as the pod informer would have it) and its Job is admitted
+for more pods than are ever in flight, so each request takes the whole enforcement path (the pod
+looked up by uid, its owner, its Workload, its pod set's count and requests) and none is refused;
+the client presents kube-scheduler's client certificate (mutual TLS, as the product requires).
+
 The server runs in its own process, pinned to one CPU and the client to another (on 2 cores a
 server the OS moves between CPUs pays for cold caches on every move; ``--no-pin`` measures
 that too); the baseline is a bare handler in that same server (the extender's own HTTP layer,
@@ -27,8 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import datetime as dt
-import ipaddress
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -46,6 +50,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from gpuqueue.certs.generate import ServingIdentity, generate, write_files  # noqa: E402
 from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint  # noqa: E402
 from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.extender.scheduler import InMemoryClusterView, routes  # noqa: E402
@@ -80,7 +85,9 @@ def node_names_by_flavor() -> dict[str, list[str]]:
 RESERVATION_TTL = 2.0
 
 
-def build_view(seed: int = 1) -> InMemoryClusterView:
+def build_view(seed: int = 1, attempts: int = 0) -> InMemoryClusterView:
+    """The cluster; its pod cache holds the pods of the first ``attempts`` scheduling attempts
+    (the extender judges a pod as its cache has it, as the pod informer would)."""
     rnd = random.Random(seed)
     cache = NodeCache(topology_label="topology.kubernetes.io/zone", reservation_ttl=RESERVATION_TTL)
     view = InMemoryClusterView(cache)
@@ -94,7 +101,13 @@ def build_view(seed: int = 1) -> InMemoryClusterView:
             used = rnd.randint(0, gpus - 1)
             if used:
                 cache.bind(f"bound-{name}", name, used, job_key=f"other/job-{j % 50}")
-        view.admit(f"team-{flavor}/train", FlavorSelector.of(flavor, labels))
+        # admitted for more pods than ever run at once (no pod is bound; in flight for the TTL)
+        view.admit(f"team-{flavor}/train", FlavorSelector.of(flavor, labels), count=10**6,
+                   per_pod={"nvidia.com/gpu": 1}, uid=f"uid-train-{flavor}")
+    pods = [view.add_pod(orjson.loads(body)["Pod"]) for body, _ in request_bodies()]
+    for i in range(attempts):
+        k = i % len(pods)
+        view.add_pod(dataclasses.replace(pods[k], uid=f"uid-{k:05d}-{i}"))
     return view
 
 
@@ -111,8 +124,8 @@ def request_bodies(seed: int = 2) -> list[tuple[bytes, list[str]]]:
         meta = body["Pod"]["metadata"]
         meta["namespace"], meta["name"], meta["uid"] = f"team-{flavor}", f"train-{k}", f"uid-{k:05d}"
         meta["labels"]["job-name"] = "train"
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j",
-                                    "controller": True, "blockOwnerDeletion": True}]
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                    "uid": f"uid-train-{flavor}", "controller": True, "blockOwnerDeletion": True}]
         res = body["Pod"]["spec"]["containers"][0]["resources"]
         res["limits"]["nvidia.com/gpu"] = res["requests"]["nvidia.com/gpu"] = "1"
         names = rnd.sample(by_flavor[flavor], 450) + rnd.sample(others[flavor], 50)
@@ -147,39 +160,33 @@ def pct(xs: list[float], p: float) -> float:
 # -- the server process ------------------------------------------------------------------------
 
 def make_certs(d: Path) -> Path:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    """What `gpuqueue certs generate` writes, for 127.0.0.1: the client presents kube-scheduler's
+    client certificate, as the product requires."""
+    write_files(d, generate(ServingIdentity("gpuqueue-extender", ips=("127.0.0.1",))))
+    return d / "ca.crt"
 
-    now = dt.datetime.now(dt.timezone.utc)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench")])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
-    (d / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
-    return d / "tls.crt"
+
+def client_context(d: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
+    ctx.load_cert_chain(d / "scheduler-client.crt", d / "scheduler-client.key")
+    return ctx
 
 
 BARE_ANSWER = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
 
-def serve(cert_dir: str, port_q: mp.Queue, pinned: bool) -> None:
+def serve(cert_dir: str, port_q: mp.Queue, pinned: bool, attempts: int) -> None:
     if pinned:
         pin(SERVER_CPU)
-    view = build_view()
+    view = build_view(attempts=attempts)
     bare = Route(b"POST", lambda body, conn: Answer(200, JSON, BARE_ANSWER))
 
     def cpu(body: bytes, conn) -> Answer:
         t = os.times()
         return Answer(200, JSON, orjson.dumps({"cpu": t.user + t.system}))
 
-    table = {**routes(view), b"/bare/filter": bare, b"/bare/prioritize": bare, b"/cpu": Route(b"GET", cpu)}
+    table = {**routes(view, client_cert=True), b"/bare/filter": bare, b"/bare/prioritize": bare,
+             b"/cpu": Route(b"GET", cpu)}
 
     # The baseline the issue names: a bare aiohttp handler, on the same loop, TLS and process.
     async def aiohttp_bare(request: web.Request) -> web.Response:
@@ -194,7 +201,8 @@ def serve(cert_dir: str, port_q: mp.Queue, pinned: bool) -> None:
     app.router.add_get("/cpu", aiohttp_cpu)
 
     async def main():
-        tls = ReloadingTLS(Path(cert_dir)).context
+        # kube-scheduler's client certificate is verified, as by the product's default
+        tls = ReloadingTLS(Path(cert_dir), client_ca=Path(cert_dir) / "ca.crt").context
         server = Server(table, 16 * 1024 * 1024)
         await server.listen("127.0.0.1", 0, tls)
         runner = web.AppRunner(app, access_log=None)
@@ -252,7 +260,7 @@ async def run_load(base: str, prefix: str, bodies, pods: int, first: int, concur
 
 def in_process(bodies, pods: int, rounds: int) -> list[float]:
     """Server CPU per pod of the verbs alone (no HTTP), per round."""
-    view = build_view()
+    view = build_view(attempts=(rounds + 1) * pods)
     memo = PodMemo()
     out = []
     for r in range(rounds + 1):
@@ -295,14 +303,15 @@ def main() -> None:
     del view, memo  # the client stays light: a slower client leaves the server's caches colder
     rounds: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory() as d:
-        ca = make_certs(Path(d))
+        make_certs(Path(d))
         q: mp.Queue = mp.get_context("spawn").Queue()
-        proc = mp.get_context("spawn").Process(target=serve, args=(d, q, not args.no_pin), daemon=True)
+        attempts = len(levels) * (1 + 3 * args.rounds) * args.pods  # the uids the rounds below use
+        proc = mp.get_context("spawn").Process(target=serve, args=(d, q, not args.no_pin, attempts), daemon=True)
         proc.start()
         try:
             port, aiohttp_port = q.get(timeout=120)
             base, aiohttp_base = f"https://127.0.0.1:{port}", f"https://127.0.0.1:{aiohttp_port}"
-            ctx = ssl.create_default_context(cafile=str(ca))
+            ctx = client_context(Path(d))
             first = 0
             for conc in levels:
                 asyncio.run(run_load(base, "", bodies, args.pods // 4, first, conc, ctx, None))  # warm-up

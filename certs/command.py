@@ -33,12 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
         q.add_argument("--days", type=int, default=365, help="serving certificate validity")
 
-    g = csub.add_parser("generate", help="write ca.crt, tls.crt, tls.key (and ca.key) to a directory")
+    g = csub.add_parser("generate", help="write ca.crt, tls.crt, tls.key, scheduler-client.crt, "
+                                         "scheduler-client.key (and ca.key) to a directory")
     g.add_argument("--out", required=True, type=Path)
     common(g)
     g.set_defaults(run=run_generate)
 
-    e = csub.add_parser("ensure", help="in cluster: create/renew the Secret and inject caBundle (idempotent)")
+    e = csub.add_parser("ensure", help="in cluster: create/renew the Secret (serving and kube-scheduler "
+                                       "client certificates) and inject caBundle (idempotent)")
     e.add_argument("--secret", default=access.CERTS_SECRET)
     e.add_argument("--webhook-config", default=access.WEBHOOK_CONFIGURATION, help="name of both webhook configurations")
     e.add_argument("--out", type=Path, default=None, help="also write the files here (init container)")

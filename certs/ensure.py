@@ -1,4 +1,5 @@
-"""`gpuqueue certs ensure`: keep the serving Secret valid and the caBundle injected.
+"""`gpuqueue certs ensure`: keep the certs Secret valid (CA, serving certificate, kube-scheduler's
+client certificate for the extender) and the caBundle injected.
 
 The decision is pure (``plan_secret``): given the Secret's current data, keep it, or
 issue new material (reusing the CA while it has most of its life left). The shell
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from gpuqueue.certs.generate import (
-    CA_FILE, CA_KEY_FILE, CERT_FILE, DEFAULT_VALIDITY, KEY_FILE, ServingIdentity, TLSMaterial,
-    generate, needs_renewal, write_files,
+    CA_FILE, CA_KEY_FILE, CERT_FILE, DEFAULT_VALIDITY, KEY_FILE, SCHEDULER_CLIENT_CERT_FILE,
+    SCHEDULER_CLIENT_KEY_FILE, ServingIdentity, TLSMaterial, generate, needs_renewal, write_files,
 )
 
 log = logging.getLogger("gpuqueue.certs")
@@ -55,12 +57,21 @@ def _pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
     return cert.public_key().public_numbers() == key.public_key().public_numbers()
 
 
+def _issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    try:
+        x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
 def plan_secret(current: Mapping[str, bytes] | None, identity: ServingIdentity,
                 now: dt.datetime | None = None, validity: dt.timedelta = DEFAULT_VALIDITY) -> SecretPlan:
     now = now or dt.datetime.now(dt.timezone.utc)
     if not current:
         return SecretPlan(_data(generate(identity, validity, now=now)), "Secret missing: issued a new CA and serving certificate")
-    cert, key, ca, ca_key = (current.get(k, b"") for k in (CERT_FILE, KEY_FILE, CA_FILE, CA_KEY_FILE))
+    cert, key, ca, ca_key, client, client_key = (current.get(k, b"") for k in (
+        CERT_FILE, KEY_FILE, CA_FILE, CA_KEY_FILE, SCHEDULER_CLIENT_CERT_FILE, SCHEDULER_CLIENT_KEY_FILE))
     ca_usable = bool(ca and ca_key) and _pair_matches(ca, ca_key) and not needs_renewal(ca, now)
     reason = None
     if not (cert and key) or not _pair_matches(cert, key):
@@ -69,6 +80,12 @@ def plan_secret(current: Mapping[str, bytes] | None, identity: ServingIdentity,
         reason = "serving certificate past two thirds of its life"
     elif not _sans_cover(cert, identity):
         reason = "serving certificate does not cover the requested names"
+    elif not (client and client_key) or not _pair_matches(client, client_key):
+        reason = "scheduler client certificate or key missing or not a pair"
+    elif needs_renewal(client, now):
+        reason = "scheduler client certificate past two thirds of its life"
+    elif not (_issued_by(cert, ca) and _issued_by(client, ca)):
+        reason = "certificates not signed by the CA"
     elif not ca_usable and ca_key:
         reason = "CA past two thirds of its life"
     if reason is None:
@@ -78,7 +95,8 @@ def plan_secret(current: Mapping[str, bytes] | None, identity: ServingIdentity,
 
 
 def _data(m: TLSMaterial) -> dict[str, bytes]:
-    return {CA_FILE: m.ca_cert_pem, CA_KEY_FILE: m.ca_key_pem, CERT_FILE: m.cert_pem, KEY_FILE: m.key_pem}
+    return {CA_FILE: m.ca_cert_pem, CA_KEY_FILE: m.ca_key_pem, CERT_FILE: m.cert_pem, KEY_FILE: m.key_pem,
+            SCHEDULER_CLIENT_CERT_FILE: m.client_cert_pem, SCHEDULER_CLIENT_KEY_FILE: m.client_key_pem}
 
 
 def webhook_ca_patch(config: Mapping, ca_pem: bytes) -> list[dict] | None:
@@ -143,7 +161,8 @@ async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, we
                 await patch(webhook_config_name, ops, _content_type="application/json-patch+json")
                 done.append(f"caBundle injected into {kind} {webhook_config_name}")
     if out is not None:
-        write_files(out, TLSMaterial(data[CA_FILE], data.get(CA_KEY_FILE, b""), data[CERT_FILE], data[KEY_FILE]),
+        write_files(out, TLSMaterial(data[CA_FILE], data.get(CA_KEY_FILE, b""), data[CERT_FILE], data[KEY_FILE],
+                                     data.get(SCHEDULER_CLIENT_CERT_FILE, b""), data.get(SCHEDULER_CLIENT_KEY_FILE, b"")),
                     write_ca_key=False)
         done.append(f"files written to {out}")
     return "; ".join(done)

@@ -1,9 +1,13 @@
-"""CA and serving certificate for the webhook/extender Services, with ``cryptography``.
+"""CA, serving certificate for the webhook/extender Services, and kube-scheduler's client
+certificate for the extender, with ``cryptography``.
 
 Files use the names of a ``kubernetes.io/tls`` Secret (``tls.crt``, ``tls.key``) plus
-``ca.crt``. The serving certificate's SANs cover the Service's in-cluster names
-(``NAME``, ``NAME.NS``, ``NAME.NS.svc``, ``NAME.NS.svc.cluster.local``) and any extra
-DNS names and IP addresses.
+``ca.crt``, and ``scheduler-client.crt``/``scheduler-client.key`` (gpuqueue.tls names them).
+The serving certificate's SANs cover the Service's in-cluster names (``NAME``, ``NAME.NS``,
+``NAME.NS.svc``, ``NAME.NS.svc.cluster.local``) and any extra DNS names and IP addresses; it
+may serve only (extended key usage serverAuth). The client certificate may authenticate a
+client only (clientAuth): the extender accepts a client whose certificate the same CA signed
+for that use, so neither can stand in for the other.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+from gpuqueue.tls import CA_FILE, CERT_FILE, KEY_FILE, SCHEDULER_CLIENT_CERT_FILE, SCHEDULER_CLIENT_KEY_FILE  # noqa: F401
+
 CA_KEY_FILE = "ca.key"
+SCHEDULER_CLIENT_NAME = "gpuqueue-scheduler-client"  # the client certificate's common name
 DEFAULT_VALIDITY = dt.timedelta(days=365)
 CA_VALIDITY = dt.timedelta(days=3650)
 
@@ -47,6 +53,8 @@ class TLSMaterial:
     ca_key_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    client_cert_pem: bytes = b""  # kube-scheduler's, for the extender
+    client_key_pem: bytes = b""
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -104,12 +112,38 @@ def make_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, identity: ServingId
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
+def make_client_cert(ca_cert_pem: bytes, ca_key_pem: bytes, common_name: str = SCHEDULER_CLIENT_NAME,
+                     validity: dt.timedelta = DEFAULT_VALIDITY, now: dt.datetime | None = None) -> tuple[bytes, bytes]:
+    """A client certificate (clientAuth only) signed by the CA."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    key = _key()
+    now = now or _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
 def generate(identity: ServingIdentity, validity: dt.timedelta = DEFAULT_VALIDITY,
              ca: tuple[bytes, bytes] | None = None, now: dt.datetime | None = None) -> TLSMaterial:
-    """A serving certificate signed by ``ca`` (cert PEM, key PEM), or by a new CA."""
+    """A serving certificate and kube-scheduler's client certificate, both signed by ``ca``
+    (cert PEM, key PEM), or by a new CA."""
     ca_cert, ca_key = ca or make_ca(now=now)
     cert, key = make_serving_cert(ca_cert, ca_key, identity, validity, now)
-    return TLSMaterial(ca_cert, ca_key, cert, key)
+    client_cert, client_key = make_client_cert(ca_cert, ca_key, validity=validity, now=now)
+    return TLSMaterial(ca_cert, ca_key, cert, key, client_cert, client_key)
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:
@@ -121,19 +155,22 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 def write_files(out: Path, material: TLSMaterial, *, write_ca_key: bool = True) -> list[Path]:
-    """Write ca.crt, tls.crt, tls.key (and ca.key, kept for renewals), each atomically.
+    """Write ca.crt, tls.crt, tls.key, scheduler-client.crt, scheduler-client.key (and ca.key,
+    kept for renewals), each atomically.
 
     A reader may briefly see a new tls.crt with the old tls.key; the reloader validates
     the pair before using it and retries, so that window is harmless."""
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / CA_FILE, out / CERT_FILE, out / KEY_FILE]
-    _write_atomic(out / CA_FILE, material.ca_cert_pem, 0o644)
+    files = [(CA_FILE, material.ca_cert_pem, 0o644)]
     if write_ca_key:
-        _write_atomic(out / CA_KEY_FILE, material.ca_key_pem, 0o600)
-        written.append(out / CA_KEY_FILE)
-    _write_atomic(out / CERT_FILE, material.cert_pem, 0o644)
-    _write_atomic(out / KEY_FILE, material.key_pem, 0o600)
-    return written
+        files.append((CA_KEY_FILE, material.ca_key_pem, 0o600))
+    files += [(CERT_FILE, material.cert_pem, 0o644), (KEY_FILE, material.key_pem, 0o600)]
+    if material.client_cert_pem:
+        files += [(SCHEDULER_CLIENT_CERT_FILE, material.client_cert_pem, 0o644),
+                  (SCHEDULER_CLIENT_KEY_FILE, material.client_key_pem, 0o600)]
+    for name, data, mode in files:
+        _write_atomic(out / name, data, mode)
+    return [out / name for name, _, _ in files]
 
 
 def validity_window(cert_pem: bytes) -> tuple[dt.datetime, dt.datetime]:

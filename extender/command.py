@@ -12,12 +12,15 @@ import socket
 import sys
 from pathlib import Path
 
+log = logging.getLogger("gpuqueue.extender")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("extender", help="run the controller and the scheduler extender endpoints")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--config", type=Path, default=None,
-                   help="Kueue Configuration YAML (fairSharing, manageJobsWithoutQueueName, managedJobsNamespaceSelector)")
+                   help="Kueue Configuration YAML (fairSharing, manageJobsWithoutQueueName, managedJobsNamespaceSelector, "
+                        "and gpuqueue's enforcement)")
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
@@ -30,39 +33,50 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024,
                    help="larger extender requests are refused (413); full-Node requests may need more")
     p.add_argument("--client-ca", type=Path, default=None,
-                   help="serve /filter, /prioritize, /preempt only to clients with a certificate signed by this CA")
+                   help="serve /filter, /prioritize, /preempt only to clients with a certificate signed by this CA "
+                        "(default: ca.crt of --cert-dir, the CA of the client certificate `gpuqueue certs` issues "
+                        "kube-scheduler)")
+    p.add_argument("--insecure-allow-any-client", action="store_true",
+                   help="serve /filter, /prioritize, /preempt to clients without a client certificate (not for "
+                        "production: anyone reaching the extender could hold GPUs)")
     p.set_defaults(run=run)
 
     e = sub.add_parser("explain", help="why is my job pending?")
     e.add_argument("job", help="NAMESPACE/JOB")
     e.add_argument("--kubeconfig", default=None)
+    e.add_argument("--config", type=Path, default=None,
+                   help="the Configuration the extender runs with (its enforcement section; default: Strict)")
     e.set_defaults(run=run_explain)
 
 
 def load_configuration(path: Path | None):
-    """Kueue's Configuration file; ValueError naming the problem when it cannot be used."""
+    """Kueue's Configuration file and gpuqueue's enforcement section of it; ValueError naming
+    the problem when it cannot be used."""
     import yaml
     from pydantic import ValidationError
 
     from gpuqueue.api import kueue
+    from gpuqueue.jobframework.enforcement import EnforcementConfig
 
     if path is None:
-        return kueue.Configuration()
+        return kueue.Configuration(), EnforcementConfig()
     try:
         doc = yaml.safe_load(path.read_text()) or {}
-        return kueue.Configuration.model_validate(doc)
+        return kueue.Configuration.model_validate(doc), EnforcementConfig.from_kueue_configuration(doc)
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"--config {path}: {exc}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ValueError(f"--config {path}: {where}: {err['msg']}") from None
+    except ValueError as exc:  # the enforcement section's, naming its field
+        raise ValueError(f"--config {path}: {exc}") from None
 
 
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
     from gpuqueue.extender.controller.options import Options
-    from gpuqueue.extender.controller.ops import start_ops
+    from gpuqueue.extender.controller.ops import readiness, start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.kube.config import ClusterConfigError, api_client
@@ -74,8 +88,13 @@ async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.jobframework.managed import ManagedJobsConfig
 
     try:
-        cfg = load_configuration(args.config)
+        cfg, enforcement = load_configuration(args.config)
         managed = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
+    except ValueError as exc:
+        print(f"gpuqueue extender: {exc}", file=sys.stderr)
+        return 2
+    try:
+        client_ca = extender_app.client_ca_file(args.cert_dir, args.client_ca, args.insecure_allow_any_client)
     except ValueError as exc:
         print(f"gpuqueue extender: {exc}", file=sys.stderr)
         return 2
@@ -86,14 +105,16 @@ async def serve(args: argparse.Namespace) -> int:
         return 1
     options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
                       lease_namespace=args.lease_namespace, managed_jobs=managed,
-                      fair_sharing=fair_sharing_spec(cfg))
+                      fair_sharing=fair_sharing_spec(cfg), enforcement=enforcement)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     ctl = Controller(api, options, identity=identity)
     view = ControllerClusterView(ctl)
     ops = await start_ops(ctl, args.host, args.metrics_port)
     ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
                                    insecure_http=args.insecure_http, max_request_bytes=args.max_request_bytes,
-                                   client_ca=args.client_ca)
+                                   client_ca=client_ca, allow_any_client=args.insecure_allow_any_client,
+                                   ready=lambda: readiness(ctl))
+    log.info("enforcement: %s (exempt namespaces: %s)", enforcement.mode, ", ".join(sorted(enforcement.exempt_namespaces)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -121,6 +142,12 @@ def run_explain(args: argparse.Namespace) -> int:
         print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)
         return 2
 
+    try:
+        _, enforcement = load_configuration(args.config)
+    except ValueError as exc:
+        print(f"gpuqueue explain: {exc}", file=sys.stderr)
+        return 2
+
     async def go() -> int:
         try:
             api = await api_client(args.kubeconfig)
@@ -128,7 +155,7 @@ def run_explain(args: argparse.Namespace) -> int:
             print(f"gpuqueue explain: no cluster ({exc})", file=sys.stderr)
             return 1
         try:
-            text, code = await explain_job(api, args.job)
+            text, code = await explain_job(api, args.job, enforcement)
         finally:
             await api.close()
         print(text)

@@ -87,7 +87,8 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("explain", "batch", "jobs", "get", "the Job asked about"),
     _a("explain", KUEUE, "workloads", "get list", "its Workload; the other Workloads of its ClusterQueue"),
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
-    _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish"),
+    _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),
+    _a("explain", "", "pods", "list", "the Job's pods waiting for a node, and why the extender holds them back"),
 )
 
 

@@ -20,6 +20,12 @@ from pathlib import Path
 
 log = logging.getLogger("gpuqueue.certs")  # the name these messages have always had
 
+# The files of a cert dir (``gpuqueue certs generate --out``; the keys of the certs Secret):
+# the CA, the serving pair (a ``kubernetes.io/tls`` Secret's names), and kube-scheduler's client
+# pair for the extender (clientAuth, signed by the same CA).
+CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+SCHEDULER_CLIENT_CERT_FILE, SCHEDULER_CLIENT_KEY_FILE = "scheduler-client.crt", "scheduler-client.key"
+
 
 # TLS 1.2 suites allowed: forward-secret key exchange and AEAD only (Mozilla's "intermediate"
 # list); TLS 1.3 suites are all AEAD and not affected by set_ciphers.
@@ -42,29 +48,37 @@ def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.
     return ctx
 
 
-class ReloadingTLS:
-    """``client_ca``: see ``server_context``; the client CA is read once (a new one needs a
-    restart), only the serving pair is reloaded."""
+def _stamp(paths) -> tuple[tuple[int, int, int], ...]:
+    stamps = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            stamps.append((0, 0, 0))
+    return tuple(stamps)
 
-    def __init__(self, cert_dir: Path, cert_name: str = "tls.crt", key_name: str = "tls.key",
+
+class ReloadingTLS:
+    """``client_ca``: see ``server_context``. A renewed client CA file is added to the CAs
+    trusted (a CA once trusted stays so until a restart: clients still presenting a certificate
+    of the old CA keep working through a CA rotation)."""
+
+    def __init__(self, cert_dir: Path, cert_name: str = CERT_FILE, key_name: str = KEY_FILE,
                  client_ca: Path | None = None) -> None:
         self.cert = Path(cert_dir) / cert_name
         self.key = Path(cert_dir) / key_name
+        self.client_ca = Path(client_ca) if client_ca is not None else None
         self.context = server_context(self.cert, self.key, client_ca)
         self._stamp = self._file_stamp()
+        self._ca_stamp = _stamp([self.client_ca]) if self.client_ca is not None else None
         self.reloads = 0
 
     def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
-        stamps = []
-        for p in (self.cert, self.key):
-            try:
-                st = os.stat(p)
-                stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
-            except OSError:
-                stamps.append((0, 0, 0))
-        return tuple(stamps)
+        return _stamp((self.cert, self.key))
 
     def reload_if_changed(self) -> bool:
+        self._reload_client_ca_if_changed()
         stamp = self._file_stamp()
         if stamp == self._stamp:
             return False
@@ -78,6 +92,20 @@ class ReloadingTLS:
         self.reloads += 1
         log.info("loaded renewed serving certificate from %s", self.cert)
         return True
+
+    def _reload_client_ca_if_changed(self) -> None:
+        if self.client_ca is None:
+            return
+        stamp = _stamp([self.client_ca])
+        if stamp == self._ca_stamp:
+            return
+        try:
+            self.context.load_verify_locations(cafile=str(self.client_ca))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("renewed client CA %s not loaded yet (%s)", self.client_ca, exc)
+            return
+        self._ca_stamp = stamp
+        log.info("trusting the client CA in %s as well", self.client_ca)
 
     async def watch(self, interval: float = 2.0) -> None:
         while True:

@@ -36,9 +36,10 @@ def test_serving_certificate_sans_and_chain():
 def test_cli_generate_writes_secret_named_files(tmp_path, capsys):
     assert main(["certs", "generate", "--out", str(tmp_path), "--service", "svc", "--namespace", "ns",
                  "--dns", "a.example", "--ip", "127.0.0.1"]) == 0
-    for name in ("ca.crt", "tls.crt", "tls.key"):
+    for name in ("ca.crt", "tls.crt", "tls.key", "scheduler-client.crt", "scheduler-client.key"):
         assert (tmp_path / name).exists()
     assert stat.S_IMODE((tmp_path / "tls.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "scheduler-client.key").stat().st_mode) == 0o600
     dns, ips = sans((tmp_path / "tls.crt").read_bytes())
     assert {"svc", "svc.ns", "svc.ns.svc", "svc.ns.svc.cluster.local", "a.example"} == set(dns)
 
@@ -62,7 +63,20 @@ def test_plan_secret_is_idempotent_and_renews_with_the_same_ca():
     assert renewed.data is not None and "same CA" in renewed.reason
     assert renewed.data["ca.crt"] == first.data["ca.crt"], "the caBundle stays valid across a renewal"
     assert renewed.data["tls.crt"] != first.data["tls.crt"]
+    assert renewed.data["scheduler-client.crt"] != first.data["scheduler-client.crt"]
     assert plan_secret(renewed.data, IDENT, now=later).data is None
+
+
+def test_plan_secret_reissues_a_missing_broken_or_foreign_client_certificate():
+    data = plan_secret(None, IDENT).data
+    other = plan_secret(None, IDENT).data  # another CA altogether
+    missing = {k: v for k, v in data.items() if k != "scheduler-client.crt"}
+    assert "scheduler client certificate or key missing" in plan_secret(missing, IDENT).reason
+    broken = dict(data, **{"scheduler-client.key": other["scheduler-client.key"]})
+    assert "not a pair" in plan_secret(broken, IDENT).reason
+    foreign = dict(data, **{k: other[k] for k in ("scheduler-client.crt", "scheduler-client.key")})
+    fixed = plan_secret(foreign, IDENT)
+    assert "not signed by the CA" in fixed.reason and fixed.data["ca.crt"] == data["ca.crt"]
 
 
 def test_plan_secret_reissues_for_new_names_and_broken_pairs():

@@ -56,15 +56,17 @@ async def test_first_run_creates_the_secret_and_injects_the_ca_everywhere(api, t
     report = await run(api, out=tmp_path)
     assert "Secret missing" in report
     data = secret_data(api)
-    assert set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    assert set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key", "scheduler-client.crt", "scheduler-client.key"}
     ca = x509.load_pem_x509_certificate(data["ca.crt"])
     x509.load_pem_x509_certificate(data["tls.crt"]).verify_directly_issued_by(ca)
+    x509.load_pem_x509_certificate(data["scheduler-client.crt"]).verify_directly_issued_by(ca)
     bundle = base64.b64encode(data["ca.crt"]).decode()
     assert ca_bundles(api) == [bundle] * 4  # two mutating, two validating webhooks in the manifest
     # the rest of each webhook is untouched
     hook = api.cluster.get(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)["webhooks"][0]
     assert hook["clientConfig"]["service"]["path"] == "/mutate-batch-v1-job" and hook["timeoutSeconds"] == 5
     assert (tmp_path / "tls.crt").read_bytes() == data["tls.crt"] and not (tmp_path / "ca.key").exists()
+    assert (tmp_path / "scheduler-client.crt").read_bytes() == data["scheduler-client.crt"]
     assert [(w.verb, w.resource.plural) for w in api.writes] == [
         ("create", "secrets"), ("patch", "mutatingwebhookconfigurations"), ("patch", "validatingwebhookconfigurations")]
 
@@ -88,8 +90,27 @@ async def test_renews_at_two_thirds_of_life_keeping_the_ca(api):
     assert "two thirds" in report and "same CA" in report
     renewed = secret_data(api)
     assert renewed["tls.crt"] != first["tls.crt"] and renewed["ca.crt"] == first["ca.crt"]
+    # kube-scheduler's client certificate is renewed with the serving one, by the same CA
+    assert renewed["scheduler-client.crt"] != first["scheduler-client.crt"]
+    x509.load_pem_x509_certificate(renewed["scheduler-client.crt"]).verify_directly_issued_by(
+        x509.load_pem_x509_certificate(first["ca.crt"]))
     # same CA: the caBundle is still right, so only the Secret was written
     assert [(w.verb, w.resource.plural) for w in api.writes] == [("update", "secrets")]
+
+
+async def test_a_secret_from_before_client_certificates_gets_one_from_the_same_ca(api):
+    await run(api)
+    old = secret_data(api)
+    older = {k: v for k, v in old.items() if not k.startswith("scheduler-client.")}
+    secret = api.cluster.get(R.SECRETS, NS, SECRET)
+    secret["data"] = {k: base64.b64encode(v).decode() for k, v in older.items()}
+    api.cluster.update(R.SECRETS, NS, SECRET, secret)
+    api.writes.clear()
+    report = await run(api)
+    assert "scheduler client certificate or key missing" in report and "same CA" in report
+    upgraded = secret_data(api)
+    assert upgraded["ca.crt"] == old["ca.crt"] and set(upgraded) == set(old)
+    assert [(w.verb, w.resource.plural) for w in api.writes] == [("update", "secrets")]  # the caBundle still holds
 
 
 async def test_a_new_ca_is_injected_again_and_a_wiped_bundle_restored(api):

@@ -9,7 +9,8 @@ from gpuqueue.extender.placement import (FlavorSelector, NodeCache, NodeInfo, No
                                 Toleration, cache_of, extender_score, filter_nodes, place, rank_nodes,
                                 score_nodes, summarize, veto)
 from gpuqueue.extender.placement.score import MAX_EXTENDER_PRIORITY, PACKING_WEIGHT, SAME_NODE_BONUS
-from gpuqueue.extender.placement.kube import job_key, node_info_from_dict
+from gpuqueue.extender.placement.kube import node_info_from_dict
+from gpuqueue.extender.scheduler.view import controller_uid
 from gpuqueue.api.base import ObjectMeta
 from gpuqueue.api.core import PodSpec
 from gpuqueue.api.podrequests import engine_pod_requests
@@ -252,7 +253,7 @@ def test_pod_requests_follow_kube_scheduler_arithmetic():
     assert engine_pod_requests(spec) == {"nvidia.com/gpu": 3, "cpu": 4050, "memory": 1 << 30}
 
 
-def test_node_from_kubernetes_object_and_job_key():
+def test_node_from_kubernetes_object_and_a_pods_owner():
     info = node_info_from_dict({
         "metadata": {"name": "n", "labels": GH200},
         "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
@@ -262,9 +263,11 @@ def test_node_from_kubernetes_object_and_job_key():
     assert info.taints == (Taint("k", "", "NoSchedule"),)
     owned = ObjectMeta.model_validate({"namespace": "team-a", "ownerReferences": [
         {"kind": "Job", "name": "train", "uid": "u", "controller": True}]})
-    assert job_key(owned) == "team-a/train"
-    assert job_key(ObjectMeta.model_validate({"namespace": "ns", "labels": {"job-name": "j"}})) == "ns/j"
-    assert job_key(ObjectMeta.model_validate({"namespace": "ns"})) is None
+    assert controller_uid(owned) == "u"
+    # a label is no ownership: only the controller ownerReference's uid is
+    assert controller_uid(ObjectMeta.model_validate({"namespace": "ns", "labels": {"job-name": "j"}})) is None
+    assert controller_uid(ObjectMeta.model_validate({"namespace": "ns", "ownerReferences": [
+        {"kind": "Job", "name": "train", "uid": "not-controller"}]})) is None
 
 
 def test_engine_flavor_check_and_placement_share_one_toleration_rule():

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
-import ipaddress
 import json
 import ssl
 from pathlib import Path
@@ -14,52 +12,30 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
+from gpuqueue.extender.scheduler.memory import job_uid
+from gpuqueue.jobframework.enforcement import EnforcementConfig
+from tests.extender_support import extender_cert_dir, scheduler_context
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 GH = FlavorSelector.of("gh200", GH200)
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+OFF = EnforcementConfig(mode="Off")
 
 
 def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-# -- TLS material: a CA and a serving certificate for 127.0.0.1 -------------------------
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("certs")
-    now = dt.datetime.now(dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("test-ca")).issuer_name(_name("test-ca"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name("gpuqueue-extender")).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    (d / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
-    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    """The cert dir `gpuqueue certs generate` writes (serving pair for 127.0.0.1, kube-scheduler's
+    client pair) and its CA."""
+    d = extender_cert_dir(tmp_path_factory.mktemp("certs"))
     return d, d / "ca.crt"
 
 
@@ -71,20 +47,24 @@ class Clock:
         return self.now
 
 
-def mixed_cluster(clock: Clock | None = None) -> InMemoryClusterView:
+def mixed_cluster(clock: Clock | None = None, enforcement: EnforcementConfig | None = None) -> InMemoryClusterView:
     """The recorded cluster: two 4-GPU GH200 nodes and one 8-GPU H100 node."""
     cache = NodeCache(clock=clock or Clock(), reservation_ttl=10)
     for name in ("gh200-node-1", "gh200-node-2"):
         cache.upsert_node(NodeInfo(name, dict(GH200), allocatable={"nvidia.com/gpu": 4, "cpu": 72000}))
     cache.upsert_node(NodeInfo("h100-node-3", dict(H100), allocatable={"nvidia.com/gpu": 8, "cpu": 64000}))
-    return InMemoryClusterView(cache)
+    return InMemoryClusterView(cache, enforcement=enforcement)
 
 
 class Extender:
     def __init__(self, session: aiohttp.ClientSession, base: str, view: InMemoryClusterView) -> None:
         self.session, self.base, self.view = session, base, view
 
-    async def post(self, verb: str, body: bytes | dict):
+    async def post(self, verb: str, body: bytes | dict, known: bool = True):
+        """POST as kube-scheduler does. ``known``: the pod of a dict body is in the view's pod
+        cache first, as the pod informer would have it (kube-scheduler asks about pods that exist)."""
+        if known and isinstance(body, dict) and isinstance(body.get("Pod"), dict):
+            self.view.add_pod(body["Pod"])
         data = body if isinstance(body, bytes) else orjson.dumps(body) + b"\n"  # Go's encoder adds \n
         async with self.session.post(f"{self.base}/{verb}", data=data,
                                      headers={"Content-Type": "application/json"}) as resp:
@@ -93,21 +73,33 @@ class Extender:
             return orjson.loads(await resp.read())
 
 
-@pytest.fixture
-async def ext(pki):
-    cert_dir, ca = pki
-    view = mixed_cluster()
+async def running_extender(pki, view: InMemoryClusterView):
+    cert_dir, _ = pki
     runner = await start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
     port = runner.addresses[0][1]
-    client_ctx = ssl.create_default_context(cafile=str(ca))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as session:
         yield Extender(session, f"https://127.0.0.1:{port}", view)
     await runner.cleanup()
 
 
+@pytest.fixture
+async def ext(pki):
+    """The extender over TLS with the default policy (Strict), asked by kube-scheduler."""
+    async for e in running_extender(pki, mixed_cluster()):
+        yield e
+
+
+@pytest.fixture
+async def ext_off(pki):
+    """The same with enforcement Off: only Workloads' placement (Kueue's behaviour)."""
+    async for e in running_extender(pki, mixed_cluster(enforcement=OFF)):
+        yield e
+
+
 def job_pod(body: dict, job: str = "train", *, namespace: str | None = None, uid: str | None = None,
             gpus: int | None = None, tolerations: list | None = None) -> dict:
-    """Make the fixture's pod a pod of Job ``job`` (as the Job controller creates it)."""
+    """Make the fixture's pod a pod of Job ``job`` (as the Job controller creates it: its
+    controller ownerReference is the Job's uid, ``memory.job_uid``)."""
     body = copy.deepcopy(body)
     meta = body["Pod"]["metadata"]
     if namespace:
@@ -116,7 +108,8 @@ def job_pod(body: dict, job: str = "train", *, namespace: str | None = None, uid
         meta["uid"] = uid
     meta["labels"]["job-name"] = job
     meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
-                                "uid": "5f0e-job-uid", "controller": True, "blockOwnerDeletion": True}]
+                                "uid": job_uid(f"{meta['namespace']}/{job}"), "controller": True,
+                                "blockOwnerDeletion": True}]
     if gpus is not None:
         res = body["Pod"]["spec"]["containers"][0]["resources"]
         res["limits"]["nvidia.com/gpu"] = res["requests"]["nvidia.com/gpu"] = str(gpus)
@@ -195,7 +188,7 @@ async def test_mixed_cluster_never_offers_another_flavor_as_gpus_fill_up(ext):
         if r["NodeNames"]:
             prio = await ext.post("prioritize", names_request(body, r["NodeNames"]))
             top = max(prio, key=lambda h: (h["Score"], -ord(h["Host"][-1])))["Host"]
-            cache.bind(f"pod-{k}", top, 2, job_key="team-b/train")  # the watch sees the binding
+            cache.bind(f"pod-{k}", top, 2, job_key=job_uid("team-b/train"))  # the watch sees the binding
     assert offered[-2:] == [0, 0] and offered[0] == 6
 
 
@@ -280,7 +273,8 @@ async def test_two_pods_back_to_back_do_not_both_take_the_last_gpus(ext):
 
 # -- pods gpuqueue does not manage, and pods without quota -----------------------------------
 
-async def test_unmanaged_pods_pass_through_untouched(ext):
+async def test_with_enforcement_off_pods_of_no_workload_pass_through_untouched(ext_off):
+    ext = ext_off
     ext.view.nodes.upsert_node(NodeInfo("gh200-node-1", dict(GH200), unschedulable=True,
                                         allocatable={"nvidia.com/gpu": 4}))
     r = await ext.post("filter", fixture(FILTER_NCT))  # the recorded pod: no Job owns it
@@ -289,14 +283,30 @@ async def test_unmanaged_pods_pass_through_untouched(ext):
     body = fixture(FILTER_NCF)
     r = await ext.post("filter", body)
     assert r["Nodes"]["items"] == body["Nodes"]["items"] and r["FailedAndUnresolvableNodes"] == {}
-    # a Job gpuqueue does not manage is unmanaged too
+    # a Job without a Workload is no Workload's either
     r = await ext.post("filter", job_pod(fixture(FILTER_NCT), job="not-queued"))
     assert r["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
     prio = await ext.post("prioritize", fixture("prioritize.request.nodeCacheCapable-true.json"))
     assert prio == [{"Host": "gh200-node-2", "Score": 0}, {"Host": "gh200-node-1", "Score": 0}]
     prio = await ext.post("prioritize", fixture("prioritize.request.nodeCacheCapable-false.json"))
-    assert {h["Score"] for h in prio} == {0}
+    assert {h["Host"] for h in prio} == {"gh200-node-1", "gh200-node-2"} and {h["Score"] for h in prio} == {0}
     assert ext.view.nodes.pod_node(body["Pod"]["metadata"]["uid"]) is None  # nothing reserved
+    assert list(ext.view.violations) == []
+
+
+async def test_strict_refuses_a_gpu_pod_of_no_workload_but_not_in_an_exempt_namespace(ext):
+    refusal = "gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload"
+    r = await ext.post("filter", fixture(FILTER_NCT))
+    assert r["NodeNames"] == [] and r["FailedNodes"] == {}
+    assert r["FailedAndUnresolvableNodes"] == {n: refusal for n in ("gh200-node-2", "h100-node-3", "gh200-node-1")}
+    assert [(v.reason, v.message) for v in ext.view.violations] == [("no_workload", refusal)]
+    r = await ext.post("filter", job_pod(fixture(FILTER_NCT), job="not-queued"))
+    assert set(r["FailedAndUnresolvableNodes"].values()) == {refusal}
+    system = job_pod(fixture(FILTER_NCT), job="device-plugin", namespace="kube-system", uid="sys")
+    r = await ext.post("filter", system)
+    assert r["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"] and r["FailedAndUnresolvableNodes"] == {}
+    assert (await ext.post("prioritize", names_request(system, r["NodeNames"])))[0]["Score"] == 0
+    assert ext.view.nodes.pod_node("sys") is None
 
 
 async def test_pod_without_quota_reservation_is_refused_everywhere_with_its_reason(ext):
@@ -321,13 +331,13 @@ def scores(prio: list[dict]) -> dict[str, int]:
 async def test_prioritize_bin_packs_and_keeps_siblings_together(ext):
     ext.view.admit("team-b/train", GH)
     cache = ext.view.nodes
-    cache.bind("other-job", "gh200-node-1", 2, job_key="team-a/other")
+    cache.bind("other-job", "gh200-node-1", 2, job_key=job_uid("team-a/other"))
     one = job_pod(fixture("prioritize.request.nodeCacheCapable-true.json"), gpus=1)
     prio = await ext.post("prioritize", one)
     assert set(prio[0]) == {"Host", "Score"}  # host order is not significant to kube-scheduler
     assert scores(prio) == {"gh200-node-2": 2, "gh200-node-1": 5}
     cache.release(one["Pod"]["metadata"]["uid"])  # drop the reservation prioritize just made
-    cache.bind("sibling", "gh200-node-2", 1, job_key="team-b/train")
+    cache.bind("sibling", "gh200-node-2", 1, job_key=job_uid("team-b/train"))
     prio = await ext.post("prioritize", one)
     assert scores(prio) == {"gh200-node-2": 7, "gh200-node-1": 5}
     full = job_pod(fixture("prioritize.request.nodeCacheCapable-false.json"), gpus=1, uid="full-mode")
@@ -345,12 +355,21 @@ def victims_of(r: dict) -> dict:
     return {n: [p["UID"] for p in v["Pods"]] for n, v in r["NodeNameToMetaVictims"].items()}
 
 
+def victim(name: str, uid: str, namespace: str = "team-b", job: str | None = None) -> dict:
+    """A pod the cache knows: of Job ``job`` (its controller ownerReference), or of no one."""
+    meta = {"name": name, "namespace": namespace, "uid": uid, "labels": {"job-name": "train"}}
+    if job is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "controller": True,
+                                    "uid": job_uid(f"{namespace}/{job}")}]
+    return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
 async def test_preempt_keeps_unmanaged_victims_and_vetoes_admitted_ones(ext):
-    body = fixture(PREEMPT_NCT)
+    body = job_pod(fixture(PREEMPT_NCT))
     uid1, uid2 = "36a8ce8f-93b6-496d-8ce7-84ba7b1cca25", "9807f227-4d31-486f-a07b-c09b2b398f8d"
     view = ext.view
-    view.add_pod({"name": "nct-low-1", "namespace": "team-b", "uid": uid1, "labels": {"app": "gpu-test"}})
-    view.add_pod({"name": "train-x", "namespace": "team-b", "uid": uid2, "labels": {"job-name": "train"}})
+    view.add_pod(victim("nct-low-1", uid1))  # a job-name label is no proof of anything
+    view.add_pod(victim("train-x", uid2, job="train"))
     view.admit("team-b/train", GH)
     r = await ext.post("preempt", body)
     assert victims_of(r) == {"gh200-node-1": [uid1]}  # gh200-node-2's victim is an admitted Workload's pod
@@ -362,33 +381,45 @@ async def test_preempt_keeps_unmanaged_victims_and_vetoes_admitted_ones(ext):
 
 
 async def test_preempt_vetoes_unknown_victims_and_drops_partly_vetoed_nodes(ext):
-    body = fixture(PREEMPT_NCT)
+    body = job_pod(fixture(PREEMPT_NCT))
     body["NodeNameToMetaVictims"]["gh200-node-1"]["Pods"].append({"UID": "guarded"})
-    ext.view.add_pod({"name": "nct-low-1", "namespace": "team-b", "uid": "36a8ce8f-93b6-496d-8ce7-84ba7b1cca25"})
-    ext.view.add_pod({"name": "g", "namespace": "team-a", "uid": "guarded", "labels": {"job-name": "big"}})
+    ext.view.add_pod(victim("nct-low-1", "36a8ce8f-93b6-496d-8ce7-84ba7b1cca25"))
+    ext.view.add_pod(victim("g", "guarded", namespace="team-a", job="big"))
     ext.view.admit("team-a/big", GH)
+    ext.view.admit("team-b/train", GH)
     r = await ext.post("preempt", body)
     # gh200-node-1: one victim may go, the other may not -> the node is dropped whole;
     # gh200-node-2: its victim is unknown to the cache -> vetoed
     assert r == {"NodeNameToMetaVictims": {}}
 
 
-async def test_preempt_with_full_victim_pods(ext):
-    body = fixture(PREEMPT_NCF)
+async def test_preempt_with_full_victim_pods_reads_only_their_uids(ext):
+    body = job_pod(fixture(PREEMPT_NCF))
+    ext.view.admit("team-b/train", GH)
+    victims = {n: v["Pods"][0]["metadata"] for n, v in body["NodeNameToVictims"].items()}
+    for meta in victims.values():
+        ext.view.add_pod({"metadata": meta, "spec": {"containers": []}})
     r = await ext.post("preempt", body)  # recorded victims: plain pods, no Job
     assert victims_of(r) == {"gh200-node-1": ["71fbd39a-af83-4575-aa30-54534361ba44"],
                              "gh200-node-2": ["1fa6809e-c2c6-4567-9c49-f224c07acc14"]}
-    victim = body["NodeNameToVictims"]["gh200-node-2"]["Pods"][0]["metadata"]
-    victim["labels"]["job-name"] = "train"
-    ext.view.admit(f"{victim['namespace']}/train", GH)
+    # the body cannot make a victim unmanaged: the cache says it is an admitted Workload's pod
+    ext.view.add_pod(victim(victims["gh200-node-2"]["name"], victims["gh200-node-2"]["uid"],
+                            victims["gh200-node-2"]["namespace"], job="train"))
     r = await ext.post("preempt", body)
     assert victims_of(r) == {"gh200-node-1": ["71fbd39a-af83-4575-aa30-54534361ba44"]}
+    # and a victim the cache does not know is not evicted, whatever the body says of it
+    ext.view.remove_pod("71fbd39a-af83-4575-aa30-54534361ba44")
+    assert await ext.post("preempt", body) == {"NodeNameToMetaVictims": {}}
 
 
 async def test_preemptor_without_quota_evicts_nobody(ext):
     body = job_pod(fixture(PREEMPT_NCF), job="hungry")
     ext.view.pend(f"{body['Pod']['metadata']['namespace']}/hungry", "Workload is pending evaluation in the scheduling queue")
     assert await ext.post("preempt", body) == {"NodeNameToMetaVictims": {}}
+    # nor does a preemptor of no Workload (Strict), nor one the cache has not seen yet
+    assert await ext.post("preempt", fixture(PREEMPT_NCF)) == {"NodeNameToMetaVictims": {}}
+    assert await ext.post("preempt", job_pod(fixture(PREEMPT_NCF), uid="unseen"), known=False) == {
+        "NodeNameToMetaVictims": {}}
 
 
 # -- malformed requests ------------------------------------------------------------------------
@@ -415,13 +446,17 @@ async def test_malformed_filter_bodies_get_a_clear_error(ext, body, error):
     assert pre["NodeNameToMetaVictims"] == {} and pre["Error"]
 
 
-async def test_bad_quantity_in_an_admitted_pod_is_named(ext):
+async def test_bad_quantity_in_a_pod_the_cache_does_not_know_is_named(ext):
     body = job_pod(fixture(FILTER_NCT))
     body["Pod"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4 GPUs"
     ext.view.admit("team-b/train", GH)
-    r = await ext.post("filter", body)
+    r = await ext.post("filter", body, known=False)
     assert r["Error"].startswith("Pod team-b/nct-low-1: spec.containers[0].resources.requests.nvidia.com/gpu:")
     assert "'4 GPUs'" in r["Error"]
+    # a pod the cache knows is judged as the cache has it: the body's spec is not read
+    ext.view.add_pod(job_pod(fixture(FILTER_NCT))["Pod"])
+    r = await ext.post("filter", body, known=False)
+    assert r["Error"] == "" and r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
 
 
 async def test_wrong_method_and_path_are_client_errors_not_5xx(ext):
@@ -437,7 +472,7 @@ async def test_a_bug_in_a_verb_is_an_error_answer_not_a_5xx(ext, monkeypatch):
     def boom(pod):
         raise RuntimeError("view exploded")
 
-    monkeypatch.setattr(ext.view, "workload_for", boom)
+    monkeypatch.setattr(ext.view, "pod", boom)
     r = await ext.post("filter", fixture(FILTER_NCT))
     assert r["Error"] == "gpuqueue extender: internal error in /filter: RuntimeError: view exploded"
 
@@ -480,6 +515,75 @@ async def test_https_only_unless_plain_http_is_asked_for(pki):
         async with aiohttp.ClientSession() as s:
             async with s.post(f"http://127.0.0.1:{runner.addresses[0][1]}/filter",
                               data=orjson.dumps(fixture(FILTER_NCT))) as resp:
-                assert (await resp.json())["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+                # served (to anyone: plain HTTP has no client certificates); the pod is unknown
+                assert (await resp.json())["Error"].startswith("gpuqueue: pod team-b/nct-low-1 (uid ")
     finally:
         await runner.cleanup()
+
+
+# -- enforcement, state by state (the hostile-tenant cases over the controller's caches are in
+#    test_scheduler_enforcement.py) ------------------------------------------------------------------
+
+def _refused(r: dict) -> set[str]:
+    assert r["NodeNames"] == [] and r["FailedNodes"] == {}
+    return set(r["FailedAndUnresolvableNodes"].values())
+
+
+@pytest.mark.parametrize("mode", ["Strict", "Audit", "Off"])
+async def test_each_workload_state_and_pod_set_in_each_mode(pki, mode):
+    from gpuqueue.extender.scheduler.view import EVICTED, FINISHED, PodSetAdmission, WorkloadEntry
+
+    view = mixed_cluster(enforcement=EnforcementConfig(mode=mode))
+    async for ext in running_extender(pki, view):
+        placed = ["gh200-node-2", "gh200-node-1"]
+        everywhere = ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+        # a Job of another namespace named as controller: not its Workload (nor its quota)
+        view.admit("team-a/train", GH, count=1)
+        stranger = job_pod(fixture(FILTER_NCT), uid="stranger")
+        stranger["Pod"]["metadata"]["ownerReferences"][0]["uid"] = job_uid("team-a/train")
+        r = await ext.post("filter", stranger)
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no "
+                                   "admitted workload"}
+        else:
+            assert r["NodeNames"] == everywhere
+        # being evicted: no new pods (Off: still kept to its flavor)
+        view.admit("team-b/train", GH)
+        view.set_state("team-b/train", EVICTED, "Preempted to accommodate a workload")
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="late"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but its workload "
+                                   "team-b/job-train is being evicted (Preempted to accommodate a workload)"}
+        else:
+            assert r["NodeNames"] == placed
+        view.set_state("team-b/train", FINISHED)
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="later"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but its workload "
+                                   "team-b/job-train is finished"}
+        else:
+            assert r["NodeNames"] == everywhere
+        # a pod set the admission does not name
+        view.put_workload(WorkloadEntry("team-b", "job-train", job_uid("team-b/train"), "admitted", "", GH,
+                                        {"workers": PodSetAdmission(2, {"nvidia.com/gpu": 8})}))
+        r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="odd"))
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 is in pod set main of workload team-b/job-train, "
+                                   "which has no admission"}
+        else:
+            assert r["NodeNames"] == placed
+        # one pod admitted, a second one: Audit lets it through and holds its GPUs like any admitted pod's
+        view.admit("team-b/train", GH, count=1, per_pod={"nvidia.com/gpu": 4})
+        view.nodes.bind("first", "gh200-node-1", 4, job_key=job_uid("team-b/train"))
+        second = job_pod(fixture(FILTER_NCT), uid="second")
+        r = await ext.post("filter", second)
+        if mode == "Strict":
+            assert _refused(r) == {"gpuqueue: pod set main of workload team-b/job-train is admitted for 1 pod and "
+                                   "1 already runs"}
+        else:
+            assert r["NodeNames"] == ["gh200-node-2"]  # kept to its flavor, where there is room
+            assert view.nodes.pod_node("second") == ("gh200-node-2", False)
+        reasons = [v.reason for v in view.violations]
+        assert reasons == ([] if mode == "Off" else
+                           ["no_workload", "workload_evicted", "workload_finished", "pod_set_not_admitted",
+                            "pod_set_full"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import ssl
 import statistics
 import time
 
@@ -21,8 +20,10 @@ from hypothesis import strategies as st
 import gpuqueue.extender.scheduler.app as extender_app
 from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
-from tests.strategies.hostile import json_values, memory_growth, mutated, wire
-from tests.webhook_support import make_cert_dir
+from gpuqueue.extender.scheduler.memory import job_uid
+from gpuqueue.jobframework.enforcement import EnforcementConfig
+from tests.extender_support import extender_cert_dir, scheduler_context
+from tests.strategies.hostile import HOSTILE_NUMBERS, WRONG_TYPES, json_values, leaf_paths, memory_growth, mutated, replaced, wire
 
 FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -42,23 +43,36 @@ def latency_limit(body: bytes) -> float:
 
 
 def owned_by(doc: dict, job: str) -> dict:
-    """The recorded request with its pod made a pod of Job `job` in team-b."""
+    """The recorded request with its pod made a pod of Job `job` (a uid of its own)."""
     doc = copy.deepcopy(doc)
     meta = doc["Pod"]["metadata"]
     meta.setdefault("labels", {})["job-name"] = job
-    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "job-uid",
-                                "controller": True, "blockOwnerDeletion": True}]
+    meta["uid"] = f"{meta['uid']}-{job}"
+    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                "uid": job_uid(f"{meta['namespace']}/{job}"), "controller": True,
+                                "blockOwnerDeletion": True}]
     return doc
 
 
 def seed_documents() -> dict[str, list[dict]]:
-    """Each recorded request three ways: an unmanaged pod, a pod of an admitted Job, a pod of
-    a Job still waiting for quota (each takes a different path through the verbs)."""
+    """Each recorded request three ways: a pod of no Workload, a pod of an admitted Job, a pod
+    of a Job still waiting for quota (each takes a different path through the verbs)."""
     out: dict[str, list[dict]] = {}
     for verb, names in VERB_SEEDS.items():
         docs = [json.loads((FIXTURES / n).read_text()) for n in names]
         out[verb] = [d for doc in docs for d in (doc, owned_by(doc, "train"), owned_by(doc, "wait"))]
     return out
+
+
+def known_pods(seeds: dict[str, list[dict]]) -> list[dict]:
+    """The seeds' pods and victims, as the pod informer has them: mutated bodies keep most
+    uids, so the fuzz reaches the verbs' paths past the cache lookup."""
+    pods = [d["Pod"] for docs in seeds.values() for d in docs]
+    for docs in seeds.values():
+        for d in docs:
+            for v in (d.get("NodeNameToVictims") or {}).values():
+                pods.extend(v["Pods"])
+    return pods
 
 
 class Clock:
@@ -69,14 +83,16 @@ class Clock:
         return self.now
 
 
-def cluster(clock: Clock | None = None) -> InMemoryClusterView:
+def cluster(clock: Clock | None = None, enforcement: EnforcementConfig | None = None) -> InMemoryClusterView:
     cache = NodeCache(clock=clock or Clock(), reservation_ttl=10)
     for name in ("gh200-node-1", "gh200-node-2"):
         cache.upsert_node(NodeInfo(name, dict(GH200), allocatable={"nvidia.com/gpu": 4, "cpu": 72000}))
     cache.upsert_node(NodeInfo("h100-node-3", dict(H100), allocatable={"nvidia.com/gpu": 8, "cpu": 64000}))
-    view = InMemoryClusterView(cache)
+    view = InMemoryClusterView(cache, enforcement=enforcement)
     view.admit("team-b/train", FlavorSelector.of("gh200", GH200))
     view.pend("team-b/wait", "couldn't assign flavors to pod set main: insufficient unused quota")
+    for pod in known_pods(seed_documents()):
+        view.add_pod(pod)
     return view
 
 
@@ -119,16 +135,26 @@ def check_shape(verb: str, answer, body: bytes) -> None:
         assert "internal error" not in error, f"{verb} crashed on {body[:300]!r}: {error}"
 
 
-@pytest.fixture
-async def client(tmp_path):
-    cert_dir = make_cert_dir(tmp_path)
+async def _client(tmp_path, enforcement: EnforcementConfig | None = None):
+    cert_dir = extender_cert_dir(tmp_path)
     clock = Clock()
-    runner = await start(cluster(clock), host="127.0.0.1", port=0, cert_dir=cert_dir)
+    runner = await start(cluster(clock, enforcement), host="127.0.0.1", port=0, cert_dir=cert_dir)
     port = runner.addresses[0][1]
-    ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as session:
         yield Client(session, f"https://127.0.0.1:{port}", clock)
     await runner.cleanup()
+
+
+@pytest.fixture
+async def client(tmp_path):
+    async for c in _client(tmp_path):
+        yield c
+
+
+@pytest.fixture(params=["Strict", "Audit", "Off"])
+async def client_in_each_mode(tmp_path, request):
+    async for c in _client(tmp_path, EnforcementConfig(mode=request.param)):
+        yield c
 
 
 async def test_a_thousand_hostile_bodies_per_verb(client):
@@ -148,6 +174,39 @@ async def test_a_thousand_hostile_bodies_per_verb(client):
     client.clock.now += 60
     answer = await client.answer("filter", wire(owned_by(seeds["filter"][0], "train")))
     assert answer["NodeNames"] == ["gh200-node-2", "gh200-node-1"] and answer["Error"] == ""
+
+
+async def test_out_of_range_integers_and_wrong_types_in_every_field_of_every_verb(client_in_each_mode):
+    """Every leaf of every recorded request (a pod of an admitted Job, as the cache knows it)
+    replaced by numbers a Go int64 cannot hold, integers spelled as strings and values of the
+    wrong type: each verb answers 200 with its document, never its crash net; a field the verb
+    reads that cannot hold such a value is named in the Error."""
+    client = client_in_each_mode
+    values = HOSTILE_NUMBERS + tuple(v for v in WRONG_TYPES if v not in HOSTILE_NUMBERS)
+    sent = 0
+    for verb, names in VERB_SEEDS.items():
+        for name in names:
+            doc = owned_by(json.loads((FIXTURES / name).read_text()), "train")
+            for i, path in enumerate(leaf_paths(doc)):
+                numeric = isinstance(_at(doc, path), (int, float)) and not isinstance(_at(doc, path), bool)
+                # every value at a number; two of them, in turn, everywhere else
+                chosen = values if numeric else (values[(2 * i) % len(values)], values[(2 * i + 1) % len(values)])
+                for value in chosen:
+                    await client.answer(verb, wire(replaced(doc, path, value)))
+                    sent += 1
+    assert sent > 1500
+    doc = json.loads((FIXTURES / VERB_SEEDS["preempt"][0]).read_text())
+    for value in HOSTILE_NUMBERS:
+        answer = await client.answer("preempt", wire(replaced(doc, ("NodeNameToMetaVictims", "gh200-node-1",
+                                                                    "NumPDBViolations"), value)))
+        assert answer["NodeNameToMetaVictims"] == {}
+        assert "NodeNameToMetaVictims.gh200-node-1.NumPDBViolations" in answer["Error"], answer
+
+
+def _at(doc, path):
+    for k in path:
+        doc = doc[k]
+    return doc
 
 
 async def test_generated_values_in_any_field(client):
@@ -211,11 +270,10 @@ async def test_oversized_body_is_refused_with_the_limit_named(tmp_path, monkeypa
     # The real limit (16 MiB by default, for full Node lists) is too big to send in a unit
     # test; the refusal path is the same at 1 MiB.
     monkeypatch.setattr(extender_app, "MAX_REQUEST_BYTES", 1024 * 1024)
-    cert_dir = make_cert_dir(tmp_path)
+    cert_dir = extender_cert_dir(tmp_path)
     runner = await start(cluster(), host="127.0.0.1", port=0, cert_dir=cert_dir)
-    ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as session:
             c = Client(session, f"https://127.0.0.1:{runner.addresses[0][1]}")
             for verb in ("filter", "prioritize", "preempt"):
                 status, _, raw = await c.post(verb, b'{"Pod":"' + b"a" * (1024 * 1024) + b'"}')

@@ -13,6 +13,7 @@ import pytest
 
 from gpuqueue.extender.scheduler import http11 as http_server
 from gpuqueue.extender.scheduler import start
+from tests.extender_support import scheduler_context
 from tests.test_scheduler_extender import FILTER_NCT, GH, fixture, job_pod, mixed_cluster, names_request, pki  # noqa: F401
 
 BODY = orjson.dumps(names_request(job_pod(fixture(FILTER_NCT)), ["gh200-node-1", "h100-node-3"])) + b"\n"
@@ -23,8 +24,9 @@ async def connect(pki):
     cert_dir, ca = pki
     view = mixed_cluster()
     view.admit("team-b/train", GH)
+    view.add_pod(job_pod(fixture(FILTER_NCT))["Pod"])
     server = await start(view, host="127.0.0.1", port=0, cert_dir=cert_dir, max_request_bytes=64 * 1024)
-    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx = scheduler_context(cert_dir)
 
     async def connect():
         return await asyncio.open_connection("127.0.0.1", server.addresses[0][1], ssl=ctx,

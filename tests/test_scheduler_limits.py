@@ -5,7 +5,6 @@ sends at 5,000 nodes with nodeCacheCapable."""
 from __future__ import annotations
 
 import argparse
-import ssl
 
 import aiohttp
 import orjson
@@ -13,6 +12,7 @@ import orjson
 from gpuqueue.extender import command
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.extender.scheduler import start
+from tests.extender_support import scheduler_context
 from tests.test_scheduler_extender import FILTER_NCT, GH, fixture, job_pod, mixed_cluster, names_request, pki  # noqa: F401
 
 NAMES = [f"gh200-node-{i:05d}" for i in range(5000)]  # kube-scheduler sends this many at most
@@ -22,8 +22,9 @@ async def _serve(pki, **kw):
     cert_dir, ca = pki
     view = mixed_cluster()
     view.admit("team-b/train", GH)
+    view.add_pod(job_pod(fixture(FILTER_NCT))["Pod"])
     runner = await start(view, host="127.0.0.1", port=0, cert_dir=cert_dir, **kw)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(ca))))
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir)))
     return runner, session, f"https://127.0.0.1:{runner.addresses[0][1]}"
 
 

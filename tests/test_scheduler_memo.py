@@ -27,15 +27,23 @@ def answer(result) -> object:
 
 
 def both_ways(verb, body: bytes) -> tuple[object, object]:
-    """(answer through a memo, answer of the general path), each on a fresh cluster."""
+    """(answer through a memo, answer of the general path), each on a fresh cluster that knows
+    the admitted pod of the recorded body."""
     fast_view, slow_view = mixed_cluster(), mixed_cluster()
     for view in (fast_view, slow_view):
         view.admit("team-b/train", GH)
+        view.add_pod(admitted_body()["Pod"])
     return answer(verb(body, fast_view, PodMemo())), answer(verb(body, slow_view))
 
 
 def admitted_body(**kw) -> dict:
     return job_pod(fixture(FILTER_NCT), **kw)
+
+
+def known(view, body: dict) -> bytes:
+    """The body's pod put in the view's pod cache (as the informer would have it), and the body."""
+    view.add_pod(body["Pod"])
+    return wire(body)
 
 
 ODD_BODIES = {
@@ -92,23 +100,23 @@ def test_a_remembered_pod_is_never_used_for_another_pod_or_a_changed_body():
     view, memo = mixed_cluster(), PodMemo()
     view.admit("team-b/train", GH)
     names = ["gh200-node-2", "gh200-node-1"]
-    four = wire(names_request(admitted_body(gpus=4, uid="a"), names))
+    four = known(view, names_request(admitted_body(gpus=4, uid="a"), names))
     assert answer(filter_verb(four, view, memo))["NodeNames"] == names
     view.nodes.bind("other", "gh200-node-1", 2, job_key="x/y")
-    # the same pod asking for 2 GPUs (its spec changed): judged on 2, not the remembered 4
+    # the same pod's body claiming 2 GPUs: judged on the cache's 4, not on the body nor the memo
     two = wire(names_request(admitted_body(gpus=2, uid="a"), names))
-    assert answer(filter_verb(two, view, memo))["NodeNames"] == names
-    assert answer(filter_verb(four, view, memo))["FailedNodes"] == {
+    assert answer(filter_verb(two, view, memo))["FailedNodes"] == {
         "gh200-node-1": "node has 2 GPUs free, pod needs 4"}
-    assert view.nodes.own_reservation("a")[0] == "gh200-node-2"  # the only fit is reserved
+    assert view.nodes.own_reservation("a")[:2] == ("gh200-node-2", 4)  # the only fit is reserved, for 4
     # another pod whose body differs only in its uid is another pod: a's reservation counts
-    other = wire(names_request(admitted_body(gpus=4, uid="b"), names))
+    other = known(view, names_request(admitted_body(gpus=4, uid="b"), names))
     assert answer(filter_verb(other, view, memo))["FailedNodes"] == {
         "gh200-node-2": "node has 0 GPUs free, pod needs 4", "gh200-node-1": "node has 2 GPUs free, pod needs 4"}
     assert answer(filter_verb(four, view, memo))["NodeNames"] == ["gh200-node-2"]  # a's own does not
     # a Job the pod no longer belongs to: the verdict is read again, not remembered
     view.forget("team-b/train")
-    assert answer(filter_verb(four, view, memo))["NodeNames"] == names  # unmanaged now: untouched
+    assert set(answer(filter_verb(four, view, memo))["FailedAndUnresolvableNodes"].values()) == {
+        "gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload"}
 
 
 def test_a_node_filled_between_filter_and_the_next_call_is_seen_full():
@@ -116,7 +124,7 @@ def test_a_node_filled_between_filter_and_the_next_call_is_seen_full():
     view, memo = mixed_cluster(clock), PodMemo()
     view.admit("team-b/train", GH)
     names = ["gh200-node-2", "gh200-node-1"]
-    body = wire(names_request(admitted_body(gpus=4, uid="p"), names))
+    body = known(view, names_request(admitted_body(gpus=4, uid="p"), names))
     assert answer(filter_verb(body, view, memo))["NodeNames"] == names
     prio = wire(names_request(admitted_body(gpus=4, uid="p"), names))  # /filter's answer, same bytes
     first = answer(prioritize_verb(prio, view, memo))
@@ -138,7 +146,7 @@ def test_the_memo_is_bounded():
     memo, view = PodMemo(size=4), mixed_cluster()
     view.admit("team-b/train", GH)
     for k in range(10):
-        filter_verb(wire(admitted_body(uid=f"u{k}")), view, memo)
+        filter_verb(known(view, admitted_body(uid=f"u{k}")), view, memo)
     assert len(memo) == 4
 
 
@@ -157,28 +165,28 @@ async def test_filter_then_prioritize_over_https_reads_the_pod_once_and_answers_
     assert {h["Host"]: h["Score"] for h in prio} == {"gh200-node-2": 2, "gh200-node-1": 7}
 
 
-def test_pods_sharing_a_spec_share_what_it_needs_and_a_different_spec_is_read_again():
-    """What a spec needs (GPUs, tolerations) is remembered per spec JSON across pods; another
-    spec (more GPUs, a toleration) is its own entry, and a spec that cannot be read is refused
+def test_pods_the_cache_does_not_know_share_what_their_spec_asks_and_another_spec_is_read_again():
+    """For a pod the cache has not seen, what its body's spec asks for decides whether it must
+    wait (an enforced resource) or passes (nothing the quota covers); that is remembered per spec
+    JSON across pods, another spec is its own entry, and a spec that cannot be read is refused
     for each pod with that pod's name (errors are not remembered)."""
     view = mixed_cluster()
-    view.admit("team-b/train", GH)
-    view.admit("team-b/big", GH)
-    for uid, job, gpus, tolerations in (("a", "train", 1, None), ("b", "train", 1, None), ("c", "big", 4, None),
-                                        ("d", "train", 1, [{"operator": "Exists"}]), ("e", "big", 4, None)):
-        body = wire(job_pod(admitted_body(), job, uid=uid, gpus=gpus, tolerations=tolerations))
-        fresh = mixed_cluster()
-        fresh.admit("team-b/train", GH)
-        fresh.admit("team-b/big", GH)
+    for uid, gpus, tolerations in (("a", 1, None), ("b", 1, None), ("c", 0, None), ("d", 1, [{"operator": "Exists"}]),
+                                   ("e", 0, None)):
+        body = wire(job_pod(admitted_body(), uid=uid, gpus=gpus, tolerations=tolerations))
         got = answer(filter_verb(body, view, PodMemo()))
-        remembered = dict(verbs._NEEDS)
-        verbs._NEEDS.clear()  # the reference reads the spec afresh
+        remembered = dict(verbs._REQUESTED)
+        verbs._REQUESTED.clear()  # the reference reads the spec afresh
         try:
-            assert got == answer(filter_verb(body, fresh)), uid
+            assert got == answer(filter_verb(body, mixed_cluster())), uid
         finally:
-            verbs._NEEDS.clear()
-            verbs._NEEDS.update(remembered)
-        view.nodes.release(uid)
+            verbs._REQUESTED.clear()
+            verbs._REQUESTED.update(remembered)
+        if gpus:
+            assert got["Error"] == f"gpuqueue: pod team-b/nct-low-1 (uid {uid}) is not in gpuqueue's pod cache yet; " \
+                                   "kube-scheduler retries it"
+        else:
+            assert got["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
     for uid, name in (("x", "bad-1"), ("y", "bad-2")):
         bad = job_pod(admitted_body(), uid=uid)
         bad["Pod"]["metadata"]["name"] = name
@@ -192,20 +200,15 @@ def test_pods_alike_in_length_and_start_are_told_apart_by_their_whole_bytes():
     of it: a pod differing only near its end is another pod, never the remembered one."""
     memo = PodMemo()
     view = mixed_cluster()
-    view.admit("team-b/train", GH)
-    view.nodes.bind("other", "gh200-node-1", 2)  # 2 GPUs free there: room for one pod, not the other
     one = job_pod(admitted_body(), gpus=1)
-    four = job_pod(admitted_body(), gpus=4)
+    none = job_pod(admitted_body(), gpus=0)  # unknown to the cache: its body's spec decides
     # same length, same first 512 bytes: only the GPU count near the end differs
-    one_bytes, four_bytes = wire(one), wire(four)
-    assert len(one_bytes) == len(four_bytes) and one_bytes[:600] == four_bytes[:600] and one_bytes != four_bytes
+    one_bytes, none_bytes = wire(one), wire(none)
+    assert len(one_bytes) == len(none_bytes) and one_bytes[:600] == none_bytes[:600] and one_bytes != none_bytes
     answers = []
-    for body in (one_bytes, four_bytes, one_bytes):
-        fresh = mixed_cluster()
-        fresh.admit("team-b/train", GH)
-        fresh.nodes.bind("other", "gh200-node-1", 2)
+    for body in (one_bytes, none_bytes, one_bytes):
         answers.append(answer(filter_verb(body, view, memo)))
-        assert answers[-1] == answer(filter_verb(body, fresh))
-        view.nodes.release(one["Pod"]["metadata"]["uid"])
-    assert answers[0]["NodeNames"] != answers[1]["NodeNames"] == ["gh200-node-2"]
+        assert answers[-1] == answer(filter_verb(body, mixed_cluster()))
+    assert answers[0]["Error"] and answers[1]["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
+    assert answers[2] == answers[0]
     assert len(memo) == 1  # they share a slot, each replacing the other

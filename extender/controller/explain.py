@@ -1,6 +1,7 @@
 """`gpuqueue explain NAMESPACE/JOB`: why a Job is pending, from what the API holds: its
-ClusterQueue, its place among that queue's pending Workloads, Kueue's message, and which
-admitted Workloads would have to finish for it to fit."""
+ClusterQueue, its place among that queue's pending Workloads, Kueue's message, which admitted
+Workloads would have to finish for it to fit, and why the extender holds back each of its pods
+still waiting for a node (the reason kube-scheduler shows on the pod)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from kubernetes_asyncio import client
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.view import CacheView
+from gpuqueue.extender.scheduler.enforce import judge_pod
+from gpuqueue.extender.scheduler.view import Admitted, NotAdmitted
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
+from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")
 
@@ -23,9 +28,48 @@ def _queue_time(wl: dict) -> str:
     return wl["metadata"].get("creationTimestamp", "")
 
 
+def pending_pods(job: dict, workloads: list[dict], cluster_queues: dict[str, dict], pods: list[dict],
+                 enforcement: EnforcementConfig | None = None) -> list[str]:
+    """A line per pod of the Job waiting for a node: what the extender's judge says of it, on a
+    cache filled from these lists (its pods bound and not terminated count; the extender's
+    in-flight reservations are not in the API)."""
+    view = CacheView(enforcement, lambda: cluster_queues.values())
+    view.upsert_job(job)
+    for wl in workloads:
+        view.upsert_workload(wl)
+    for pod in pods:
+        view.upsert_pod(pod)
+    uid, lines = job["metadata"]["uid"], []
+    for pod in pods:
+        meta = pod["metadata"]
+        cached = view.pod(meta.get("uid", ""))
+        if cached is None or cached.controller_uid != uid or meta.get("deletionTimestamp") \
+                or (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending":
+            continue
+        verdict, violation = judge_pod(view, cached)
+        if isinstance(verdict, NotAdmitted):
+            why = verdict.message
+        elif violation is not None:
+            why = f"{violation.message} (enforcement {view.enforcement.mode}: let through)"
+        elif isinstance(verdict, Admitted):
+            why = f"admitted to flavor {verdict.flavor.name}; waits for kube-scheduler to find a node (kubectl describe pod)"
+        else:
+            why = "gpuqueue does not hold it back"
+        lines.append(f"    {cached.key}: {why}")
+    return ["  Pending pods:"] + sorted(lines) if lines else []
+
+
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
-            cluster_queues: dict[str, dict]) -> tuple[str, int]:
+            cluster_queues: dict[str, dict], pods: list[dict] | None = None,
+            enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
     """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown)."""
+    text, code = _explain(job, wl, workloads, local_queues, cluster_queues)
+    lines = pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
+    return "\n".join([text, *lines]), code
+
+
+def _explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
+             cluster_queues: dict[str, dict]) -> tuple[str, int]:
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if wl is None:
         return f"{ns}/{name}: no Workload: the Job is not managed by gpuqueue (no queue name), or not seen yet", 2
@@ -85,7 +129,8 @@ def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dic
     return "\n".join(lines), 1
 
 
-async def explain_job(api: client.ApiClient, ref: str) -> tuple[str, int]:
+async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
+    """``enforcement``: the policy the extender runs with (its Configuration's; default Strict)."""
     kube = KubeApi(api)
     ns, name = ref.split("/", 1)
     try:
@@ -104,4 +149,5 @@ async def explain_job(api: client.ApiClient, ref: str) -> tuple[str, int]:
     lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
            for o in (await kube.request("GET", K.LOCAL_QUEUES.path()))["items"]}
     cqs = {o["metadata"]["name"]: o for o in (await kube.request("GET", K.CLUSTER_QUEUES.path()))["items"]}
-    return explain(job, wl, workloads, lqs, cqs)
+    pods = (await kube.request("GET", K.PODS.path(ns)))["items"]
+    return explain(job, wl, workloads, lqs, cqs, pods, enforcement)

@@ -37,6 +37,9 @@ class Metrics:
         self.events_dropped = Counter("gpuqueue_events_dropped", "Kubernetes Events not sent (over budget)",
                                       registry=r)
         self.leader = Gauge("gpuqueue_leader", "1 while this replica is the leader", registry=r)
+        self.enforcement_violations = Counter(
+            "gpuqueue_enforcement_violations", "Scheduling attempts (/filter) of a pod that needs an admission and "
+            "breaks it (refused in Strict, let through in Audit)", ["reason"], registry=r)
 
     def update(self, engine: "QuotaEngine", counts: "QueueCounts") -> None:
         for cq, spec in engine.state.cq_specs.items():

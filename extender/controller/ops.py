@@ -16,13 +16,19 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-async def _readyz(request: web.Request) -> web.Response:
-    ctl = request.app[CTL_KEY]
+def readiness(ctl: Controller) -> tuple[bool, str]:
+    """Whether the controller (and the extender over its caches) is ready, and a line saying so;
+    served at /readyz here and on the extender's HTTPS port."""
     if ctl.ready:
-        return web.Response(text="ok: leader\n" if ctl.leader else "ok: follower, caches warm\n")
+        return True, "ok: leader\n" if ctl.leader else "ok: follower, caches warm\n"
     waiting = [name for name, inf in ctl.informers.items() if not inf.synced.is_set()]
     why = f"caches not synced: {', '.join(waiting)}" if waiting else "rebuilding the quota engine"
-    return web.Response(status=503, text=f"not ready: {why}\n")
+    return False, f"not ready: {why}\n"
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ok, text = readiness(request.app[CTL_KEY])
+    return web.Response(status=200 if ok else 503, text=text)
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -1,11 +1,12 @@
 """The controller's settings: pacing of passes and writes, retries, watches, leader election, and
-what the Kueue Configuration says (managed Jobs, fair sharing)."""
+what the Kueue Configuration says (managed Jobs, fair sharing, enforcement)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from gpuqueue.extender.quota.fairsharing import FairSharing
+from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig
 
 
@@ -40,3 +41,4 @@ class Options:
     retry_period: float = 2.0
     managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
     fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
+    enforcement: EnforcementConfig = field(default_factory=EnforcementConfig)  # the Configuration's `enforcement`

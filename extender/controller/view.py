@@ -1,103 +1,201 @@
-"""The scheduler extender's ClusterView over the controller's watch caches: nodes and the GPUs
-bound pods take from the Node and Pod informers, admission from the Workload informer (so a
-follower, whose engine is idle, answers as well as the leader)."""
+"""The scheduler extender's ClusterView over Kubernetes objects: nodes and the GPUs bound pods
+take from Node and Pod objects, pods and their owners (Jobs) by UID, Workloads by their
+owner's UID, the resources ClusterQueues cover. ``ControllerClusterView`` keeps it current from
+the controller's watch caches (so a follower, whose engine is idle, answers as well as the
+leader); ``gpuqueue explain`` fills one from lists."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from pydantic import ValidationError
 
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.placement.cache import NodeCache
-from gpuqueue.extender.placement.kube import InvalidObject, job_key, node_info_from_dict, pod_gpus
 from gpuqueue.api.base import Toleration
 from gpuqueue.api.core import Pod
-from gpuqueue.extender.placement.model import FlavorSelector
-from gpuqueue.extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict
+from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
+from gpuqueue.extender.scheduler.indexes import ViewIndexes
+from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
+                                              Violation, WorkloadEntry)
+from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
 
 if TYPE_CHECKING:
     from gpuqueue.extender.controller.controller import Controller
 
 log = logging.getLogger("gpuqueue.controller")
 
+_TERMINATED = ("Succeeded", "Failed")
 
-class ControllerClusterView:
-    def __init__(self, ctl: "Controller") -> None:
-        self.ctl = ctl
-        self._nodes = NodeCache()
-        self._pods: dict[str, PodRef] = {}
-        ctl.informers["nodes"].add_handler(on_add=self._node, on_update=lambda old, new: self._node(new),
-                                           on_delete=lambda o: self._nodes.remove_node(o["metadata"]["name"]))
-        ctl.informers["pods"].add_handler(on_add=self._pod, on_update=lambda old, new: self._pod(new),
-                                          on_delete=self._pod_gone)
 
-    @property
-    def nodes(self) -> NodeCache:
-        return self._nodes
+def _controller_uid(meta: Mapping) -> str | None:
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref.get("uid") or None
+    return None
 
-    def _node(self, obj: dict) -> None:
+
+def flavor_selector(names: Iterable[str], flavors: Mapping[str, dict]) -> FlavorSelector:
+    """The admitted flavors' nodeLabels and tolerations merged, named by their joined names."""
+    names = sorted(set(names))
+    labels: dict[str, str] = {}
+    tolerations = []
+    for name in names:
+        spec = (flavors.get(name) or {}).get("spec") or {}
+        labels.update(spec.get("nodeLabels") or {})
+        tolerations.extend(Toleration.model_validate(t).to_spec() for t in spec.get("tolerations") or ())
+    return FlavorSelector.of(",".join(names), labels, tuple(tolerations))
+
+
+def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | None:
+    """A Workload as its pods are judged against it (None: no controller owner, nothing's
+    Workload). ``flavors``: ResourceFlavor objects by name."""
+    meta = wl.get("metadata") or {}
+    owner = _controller_uid(meta)
+    if not owner:
+        return None
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    admission = (wl.get("status") or {}).get("admission")
+    if W.is_true(wl, "Finished"):
+        return WorkloadEntry(namespace, name, owner, FINISHED)
+    if not admission or not W.is_true(wl, "QuotaReserved"):
+        message = (W.condition(wl, "QuotaReserved") or {}).get("message") or ""
+        return WorkloadEntry(namespace, name, owner, PENDING, message)
+    evicted = W.is_true(wl, "Evicted")
+    message = ((W.condition(wl, "Evicted") or {}).get("message") or "") if evicted else ""
+    try:
+        counts = {ps.get("name", W.MAIN): ps.get("count", 1) for ps in (wl.get("spec") or {}).get("podSets") or ()}
+        pod_sets, names = {}, []
+        for psa in admission.get("podSetAssignments") or ():
+            ps = psa.get("name", W.MAIN)
+            count = psa.get("count", counts.get(ps, 1))
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"podSetAssignments {ps}: count {count!r}")
+            usage = {r: W.parse_engine_int(r, q) for r, q in (psa.get("resourceUsage") or {}).items()}
+            pod_sets[ps] = PodSetAdmission(count, usage)
+            names.extend((psa.get("flavors") or {}).values())
+        flavor = flavor_selector(names, flavors)
+    except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
+        # Fail closed: pods of a Workload whose admission cannot be read get no node.
+        log.warning("workload %s/%s: admission not readable: %s", namespace, name, exc)
+        return WorkloadEntry(namespace, name, owner, PENDING, f"gpuqueue cannot read the Workload's admission: {exc}")
+    return WorkloadEntry(namespace, name, owner, EVICTED if evicted else ADMITTED, message, flavor, pod_sets)
+
+
+def covered_resources(cluster_queues: Iterable[dict]) -> frozenset[str]:
+    return frozenset(r for cq in cluster_queues for rg in ((cq.get("spec") or {}).get("resourceGroups") or ())
+                     for r in (rg.get("coveredResources") or ()) if isinstance(r, str))
+
+
+class CacheView(ViewIndexes):
+    """A ClusterView over objects handed to it one by one (``upsert_*``/``remove_*``)."""
+
+    def __init__(self, enforcement: EnforcementConfig | None = None,
+                 cluster_queues: Callable[[], Iterable[dict] | None] = lambda: None,
+                 flavors: Mapping[str, dict] | None = None) -> None:
+        """``cluster_queues``: the ClusterQueue objects, or None while they are not known yet;
+        ``flavors``: the ResourceFlavor objects by name (a live mapping)."""
+        super().__init__(enforcement=enforcement)
+        self._cluster_queues = cluster_queues
+        self._flavors = flavors if flavors is not None else {}
+        self._covered: frozenset[str] | None = None
+        self._covered_stale = True
+
+    # -- objects in ----------------------------------------------------------------------------
+    def upsert_node(self, obj: dict) -> None:
         try:
             self._nodes.upsert_node(node_info_from_dict(obj))
         except (InvalidObject, ValidationError) as exc:
-            log.warning("node %s ignored: %s", obj["metadata"].get("name"), exc)
+            log.warning("node %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
 
-    def _pod(self, obj: dict) -> None:
+    def remove_node(self, obj: dict) -> None:
+        self._nodes.remove_node((obj.get("metadata") or {}).get("name", ""))
+
+    def upsert_pod(self, obj: dict) -> None:
         try:
-            pod = Pod.model_validate(obj)
+            pod = self.put_pod(CachedPod.of(Pod.model_validate(obj)))
         except ValidationError as exc:
-            log.warning("pod %s ignored: %s", obj["metadata"].get("name"), exc)
+            log.warning("pod %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
             return
-        uid = pod.metadata.uid
-        self._pods[uid] = pod.metadata
         phase = (obj.get("status") or {}).get("phase")
         node = (obj.get("spec") or {}).get("nodeName")
-        if phase in ("Succeeded", "Failed"):
-            self._nodes.release(uid)
-        elif node:
-            try:
-                gpus, rest = pod_gpus(pod.spec)
-            except InvalidObject:
-                return
-            self._nodes.bind(uid, node, gpus, rest, job_key(pod.metadata))
+        if phase in _TERMINATED:
+            self._nodes.release(pod.uid)
+        elif node:  # bound and not terminated (deleted or not: the kubelet frees its GPUs when it is gone)
+            rest = {r: v for r, v in pod.requests.items() if r != GPU_RESOURCE}
+            self._nodes.bind(pod.uid, node, pod.gpus, rest, pod.controller_uid)
 
-    def _pod_gone(self, obj: dict) -> None:
-        uid = obj["metadata"].get("uid", "")
-        self._pods.pop(uid, None)
+    def remove_pod(self, obj: dict) -> None:
+        uid = (obj.get("metadata") or {}).get("uid", "")
+        self.drop_pod(uid)
         self._nodes.release(uid)
 
-    def workload_for(self, pod: PodRef) -> Verdict:
-        key = job_key(pod)
-        if key is None:
-            return UNMANAGED
-        job = self.ctl.informers["jobs"].get(key)
-        if job is None or not self.ctl.is_managed(job):
-            return UNMANAGED
-        wl = self.ctl.informers["workloads"].get(
-            f"{job['metadata']['namespace']}/{W.workload_name(job['metadata']['name'], job['metadata']['uid'])}")
-        admission = ((wl or {}).get("status") or {}).get("admission")
-        if not admission or not W.is_true(wl, "QuotaReserved"):
-            c = W.condition(wl, "QuotaReserved") or {}
-            return NotAdmitted(c.get("message") or "the Workload has no quota reservation yet")
-        names = sorted({f for psa in admission.get("podSetAssignments") or () for f in (psa.get("flavors") or {}).values()})
-        labels: dict[str, str] = {}
-        tolerations = []
-        for name in names:
-            obj = self.ctl.informers["resourceflavors"].get(name) or {}
-            spec = obj.get("spec") or {}
-            labels.update(spec.get("nodeLabels") or {})
-            tolerations.extend(spec.get("tolerations") or ())
-        tols = tuple(Toleration.model_validate(t).to_spec() for t in tolerations)
-        return Admitted(FlavorSelector.of(",".join(names), labels, tols), key)
+    def upsert_job(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("uid"):
+            self.put_owner(Owner(meta["uid"], meta.get("namespace") or "", "Job", meta.get("name") or "",
+                                 _controller_uid(meta)))
 
-    def pod_by_uid(self, uid: str) -> PodRef | None:
-        return self._pods.get(uid)
+    def remove_job(self, obj: dict) -> None:
+        self.drop_owner((obj.get("metadata") or {}).get("uid", ""))
 
-    def may_evict(self, pod: PodRef) -> bool:
-        """kube-scheduler may not evict pods of admitted Workloads: quota preemption is the
+    def upsert_workload(self, obj: dict) -> None:
+        entry = workload_entry(obj, self._flavors)
+        if entry is None:
+            self.remove_workload(obj)
+        else:
+            self.put_workload(entry)
+
+    def remove_workload(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        self.drop_workload(f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
+    def cluster_queues_changed(self) -> None:
+        self._covered_stale = True
+
+    # -- ClusterView ---------------------------------------------------------------------------
+    def covered_resources(self) -> frozenset[str] | None:
+        if self._covered_stale:
+            cqs = self._cluster_queues()
+            if cqs is None:
+                return None
+            self._covered, self._covered_stale = covered_resources(cqs), False
+        return self._covered
+
+    def may_evict(self, pod: CachedPod) -> bool:
+        """kube-scheduler may not evict pods of Workloads holding quota: quota preemption is the
         controller's job (it suspends the whole Job)."""
-        return isinstance(self.workload_for(pod), type(UNMANAGED))
+        return False
+
+    def report(self, violation: Violation) -> None:
+        if self._enforcement.mode == AUDIT:
+            log.warning("enforcement (Audit, not refused): %s", violation.message)
 
 
+class ControllerClusterView(CacheView):
+    def __init__(self, ctl: "Controller", enforcement: EnforcementConfig | None = None) -> None:
+        informers = ctl.informers
+        cqs = informers["clusterqueues"]
+        super().__init__(enforcement or ctl.options.enforcement,
+                         lambda: cqs.list() if cqs.synced.is_set() else None, informers["resourceflavors"].store)
+        self.ctl = ctl
+        self._violations = ctl.metrics.enforcement_violations
 
+        def on(name: str, upsert, remove) -> None:
+            informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new), on_delete=remove)
+
+        on("nodes", self.upsert_node, self.remove_node)
+        on("pods", self.upsert_pod, self.remove_pod)
+        on("jobs", self.upsert_job, self.remove_job)
+        on("workloads", self.upsert_workload, self.remove_workload)
+        on("clusterqueues", lambda obj: self.cluster_queues_changed(), lambda obj: self.cluster_queues_changed())
+        on("resourceflavors", self._flavors_changed, self._flavors_changed)
+
+    def _flavors_changed(self, obj: dict) -> None:
+        for wl in self.ctl.informers["workloads"].list():  # admitted Workloads carry their flavors' labels
+            self.upsert_workload(wl)
+
+    def report(self, violation: Violation) -> None:
+        self._violations.labels(violation.reason).inc()
+        super().report(violation)

@@ -232,6 +232,7 @@ class NodeCache:
         self._selectors: dict[tuple[tuple[str, str], ...], set[str]] = {}
         self._job_domains: dict[str, dict[str, int]] = {}  # job key -> topology value -> pods
         self._job_nodes: dict[str, dict[str, int]] = {}  # job key -> node -> pods
+        self._job_pods: dict[str, int] = {}  # job key -> pods (bound or in flight), for admitted counts
         self.domain_of: dict[str, str] = {}  # node -> its topology value, for nodes that have one
         self._fit_profiles: dict[tuple, FitProfile] = {}
         self._score_profiles: dict[int, ScoreProfile] = {}
@@ -401,6 +402,17 @@ class NodeCache:
         """Nodes the Job has pods on (bound or in flight), with pod counts."""
         return self._job_nodes.get(job_key, {})
 
+    def job_pods(self, job_key: str) -> int:
+        """Pods of the Job bound (and not terminated) or in flight."""
+        self.expire()
+        return self._job_pods.get(job_key, 0)
+
+    def pod_job(self, uid: str) -> str | None:
+        """The job key a bound or in-flight pod is counted under."""
+        self.expire()
+        rec = self._pods.get(uid)
+        return rec.job_key if rec is not None else None
+
     # -- internals -----------------------------------------------------------------
     def _put(self, rec: _PodRecord) -> None:
         old = self._pods.pop(rec.uid, None)
@@ -415,6 +427,7 @@ class NodeCache:
             st = self.states[rec.node] = NodeState(rec.node)
         st._add(rec, sign)
         if rec.job_key is not None:
+            _bump(self._job_pods, rec.job_key, sign)
             nodes = self._job_nodes.setdefault(rec.job_key, {})
             _bump(nodes, rec.node, sign)
             if not nodes:

@@ -1,6 +1,5 @@
 """From Kubernetes objects (``gpuqueue.api.core``'s models, as kube-scheduler or a scenario sends
-them) to placement's model. Quantities become Kueue's integers (``to_engine_int``); a pod's
-requests are ``gpuqueue.api.podrequests``' (the quota engine counts them the same way)."""
+them) to placement's model. Quantities become Kueue's integers (``to_engine_int``)."""
 
 from __future__ import annotations
 
@@ -8,12 +7,10 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from gpuqueue.api.base import ObjectMeta
 from gpuqueue.api.core import Node, PodSpec
-from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
 
-from gpuqueue.extender.placement.model import GPU_RESOURCE, NodeInfo
+from gpuqueue.extender.placement.model import NodeInfo
 
 
 class InvalidObject(ValueError):
@@ -43,13 +40,6 @@ def pod_spec(raw: Any) -> PodSpec:
     return _validate(PodSpec, raw if raw is not None else {}, "spec.")
 
 
-def pod_gpus(spec: PodSpec) -> tuple[int, dict[str, int]]:
-    """(GPUs, every other request) of one pod, in engine units."""
-    requests = engine_pod_requests(spec)
-    gpus = requests.pop(GPU_RESOURCE, 0)
-    return gpus, requests
-
-
 def node_info(node: Node) -> NodeInfo:
     name = node.metadata.name
     if not name:
@@ -69,13 +59,3 @@ def node_info_from_dict(obj: Mapping) -> NodeInfo:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     name = meta.get("name") if isinstance(meta, Mapping) else None
     return node_info(_validate(Node, obj, f"Node {name}: " if isinstance(name, str) and name else ""))
-
-
-def job_key(meta: ObjectMeta) -> str | None:
-    """``namespace/name`` of the Job owning a pod: its controller ownerReference, else the
-    ``job-name`` label the Job controller sets."""
-    for ref in meta.owner_references:
-        if ref.kind == "Job" and ref.controller:
-            return f"{meta.namespace}/{ref.name}"
-    name = meta.labels.get("job-name") or meta.labels.get("batch.kubernetes.io/job-name")
-    return f"{meta.namespace}/{name}" if name else None

@@ -46,7 +46,8 @@ class Route(NamedTuple):
 
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
-            413: b"Content Too Large", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error"}
+            413: b"Content Too Large", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            503: b"Service Unavailable"}
 _STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in _REASONS.items()}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 

@@ -29,8 +29,9 @@ _LOOKUP_PREFIX = 512
 class DecodedPod:
     pod: "Pod"
     raw: bytes = b""  # the pod's exact JSON, set by PodMemo.put
-    # (GPUs, tolerations) from the pod's spec, or the error message it gives; None until asked
-    needs: tuple[int, tuple] | str | None = None
+    # the resources the body's spec asks for, or the error message it gives; None until asked
+    # (only for a pod the view's cache does not know: a known pod is judged as the cache has it)
+    requested: frozenset[str] | str | None = None
     # the NodeNames /filter last answered for this pod: JSON bytes and the list itself, and the
     # score codes the filter read for them with the cache's epoch (FilterResult.codes, .epoch)
     answered: bytes | None = None

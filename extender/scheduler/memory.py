@@ -1,60 +1,95 @@
-"""A ClusterView held in memory: for tests, the benchmark and the simulator."""
+"""A ClusterView held in memory, for tests and the benchmark: pods, owners (Jobs) and Workloads
+are put in directly instead of coming from watches; the verbs judge them exactly as they judge
+the controller's view."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections import deque
+from typing import Callable, Mapping
+
+from gpuqueue.api.core import Pod
+from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 from gpuqueue.extender.placement.cache import NodeCache
-from gpuqueue.api.base import ObjectMeta
+from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
+from gpuqueue.extender.scheduler.ownership import MAIN
+from gpuqueue.extender.scheduler.indexes import ViewIndexes
+from gpuqueue.extender.scheduler.view import (ADMITTED, PENDING, CachedPod, Owner, PodSetAdmission, Violation,
+                                              WorkloadEntry)
 
-from gpuqueue.extender.placement.kube import job_key
-from gpuqueue.extender.placement.model import FlavorSelector
-from gpuqueue.extender.scheduler.view import UNMANAGED, Admitted, NotAdmitted, PodRef, Verdict
+# What ``admit`` grants unless told: room for every pod a test sends.
+DEFAULT_COUNT = 1000
+DEFAULT_PER_POD = {GPU_RESOURCE: 8}
 
 
-class InMemoryClusterView:
-    """Jobs are keyed ``namespace/name``; a pod belongs to the Job named by its controller
-    ownerReference (else its ``job-name`` label). A Job that was never registered here is not
-    managed by gpuqueue."""
+def job_uid(job: str) -> str:
+    """The uid ``InMemoryClusterView`` gives Job ``namespace/name`` unless told another."""
+    return f"uid-of-job-{job}"
 
-    def __init__(self, nodes: NodeCache | None = None,
-                 may_evict: Callable[[PodRef], bool] | None = None) -> None:
-        self._nodes = nodes if nodes is not None else NodeCache()
-        self._jobs: dict[str, Verdict] = {}
-        self._pods: dict[str, PodRef] = {}
+
+class InMemoryClusterView(ViewIndexes):
+    """Jobs are named ``namespace/name``; a pod belongs to one through its controller
+    ownerReference's uid (``job_uid``), as with the controller's view."""
+
+    def __init__(self, nodes: NodeCache | None = None, may_evict: Callable[[CachedPod], bool] | None = None,
+                 enforcement: EnforcementConfig | None = None, covered: frozenset[str] | None = None) -> None:
+        super().__init__(nodes, enforcement)
+        self._covered = covered
         self._may_evict = may_evict or (lambda pod: False)
+        self.violations: deque[Violation] = deque(maxlen=256)  # the last ones reported
 
-    @property
-    def nodes(self) -> NodeCache:
-        return self._nodes
+    # -- what tests and the benchmark set up -------------------------------------
+    def add_job(self, job: str, uid: str | None = None) -> Owner:
+        namespace, name = job.split("/", 1)
+        return self.put_owner(Owner(uid or job_uid(job), namespace, "Job", name))
 
-    # -- what tests and the simulator set up -------------------------------------
-    def admit(self, job: str, flavor: FlavorSelector) -> None:
-        self._jobs[job] = Admitted(flavor, job)
+    def admit(self, job: str, flavor: FlavorSelector, *, count: int = DEFAULT_COUNT,
+              per_pod: Mapping[str, int] | None = None, uid: str | None = None) -> WorkloadEntry:
+        """Job ``job``'s Workload holds quota for ``count`` pods of pod set main, each asking
+        for at most ``per_pod``."""
+        per_pod = DEFAULT_PER_POD if per_pod is None else per_pod
+        usage = {r: v * count for r, v in per_pod.items()}
+        return self._put(job, uid, ADMITTED, "", flavor, {MAIN: PodSetAdmission(count, usage)})
 
-    def pend(self, job: str, message: str) -> None:
-        self._jobs[job] = NotAdmitted(message)
+    def pend(self, job: str, message: str, uid: str | None = None) -> WorkloadEntry:
+        return self._put(job, uid, PENDING, message, None, {})
+
+    def set_state(self, job: str, state: str, message: str = "") -> None:
+        """Move Job ``job``'s Workload to ``state`` (``view.EVICTED``, ``view.FINISHED``, ...)."""
+        wl = self.workload_owned_by(self._owner_of(job))
+        self.put_workload(WorkloadEntry(wl.namespace, wl.name, wl.owner_uid, state, message, wl.flavor, wl.pod_sets))
 
     def forget(self, job: str) -> None:
-        self._jobs.pop(job, None)
+        wl = self.workload_owned_by(self._owner_of(job))
+        if wl is not None:
+            self.drop_workload(wl.key)
 
-    def add_pod(self, meta: ObjectMeta | dict) -> PodRef:
-        ref = meta if isinstance(meta, ObjectMeta) else ObjectMeta.model_validate(meta)
-        self._pods[ref.uid] = ref
-        return ref
+    def add_pod(self, pod: CachedPod | Pod | Mapping) -> CachedPod:
+        """As the pod informer would: ``pod`` is a Pod object (``metadata``, ``spec``)."""
+        return self.put_pod(pod if isinstance(pod, CachedPod) else CachedPod.of(
+            pod if isinstance(pod, Pod) else Pod.model_validate(pod)))
 
-    def set_eviction_policy(self, may_evict: Callable[[PodRef], bool]) -> None:
+    def remove_pod(self, uid: str) -> None:
+        self.drop_pod(uid)
+
+    def set_eviction_policy(self, may_evict: Callable[[CachedPod], bool]) -> None:
         self._may_evict = may_evict
 
-    # -- ClusterView -------------------------------------------------------------
-    def workload_for(self, pod: PodRef) -> Verdict:
-        key = job_key(pod)
-        if key is None:
-            return UNMANAGED
-        return self._jobs.get(key, UNMANAGED)
+    def _owner_of(self, job: str) -> str:
+        return next((o.uid for o in self._owners.values() if f"{o.namespace}/{o.name}" == job), job_uid(job))
 
-    def pod_by_uid(self, uid: str) -> PodRef | None:
-        return self._pods.get(uid)
+    def _put(self, job: str, uid: str | None, state: str, message: str, flavor: FlavorSelector | None,
+             pod_sets: Mapping[str, PodSetAdmission]) -> WorkloadEntry:
+        owner = self.add_job(job, uid or self._owner_of(job))
+        return self.put_workload(WorkloadEntry(owner.namespace, f"job-{owner.name}", owner.uid, state, message,
+                                               flavor, pod_sets))
 
-    def may_evict(self, pod: PodRef) -> bool:
+    # -- ClusterView (the rest: ViewIndexes) ------------------------------------------
+    def covered_resources(self) -> frozenset[str] | None:
+        return self._covered
+
+    def may_evict(self, pod: CachedPod) -> bool:
         return bool(self._may_evict(pod))
+
+    def report(self, violation: Violation) -> None:
+        self.violations.append(violation)

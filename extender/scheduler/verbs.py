@@ -5,16 +5,21 @@ logic is testable and measurable on its own; ``app.py`` puts it behind the HTTP/
 from __future__ import annotations
 
 import logging
+from functools import partial
 from itertools import compress
+from typing import Callable
 
 import orjson
 
 from gpuqueue.extender.placement.filter import filter_nodes
-from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_gpus, pod_spec
+from gpuqueue.api.podrequests import engine_pod_requests
+from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_spec
 from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import extender_scores
-from gpuqueue.extender.scheduler.view import Admitted, ClusterView, NotAdmitted, PodRef, Unmanaged
+from gpuqueue.extender.scheduler.enforce import judge
+from gpuqueue.extender.scheduler.ownership import membership
+from gpuqueue.extender.scheduler.view import Admitted, ClusterView, NotAdmitted, Retry, Unmanaged
 from gpuqueue.extender.scheduler.memo import DecodedPod, PodMemo
 from gpuqueue.extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
                                      encode_filter_result, encode_host_priorities, filter_error, filter_result,
@@ -23,51 +28,57 @@ from gpuqueue.extender.scheduler.wire import (BadRequest, ExtenderArgs, Extender
 log = logging.getLogger("gpuqueue.extender")
 
 
-# The pods of a Job share their spec (the Job's template), so what a spec needs is read once
-# per distinct spec, keyed by its JSON: (GPUs, tolerations) depend on nothing else.
-_NEEDS: dict[bytes, tuple[int, tuple]] = {}
-_NEEDS_SIZE = 256
+# What the body's spec asks for is read only for a pod the cache has not seen (to know whether it
+# must wait for the cache); the pods of a Job share their spec, so it is read once per spec JSON.
+_REQUESTED: dict[bytes, frozenset[str]] = {}
+_REQUESTED_SIZE = 256
 
 
-def pod_needs(pod: Pod) -> tuple[int, tuple]:
-    """(GPUs, tolerations) the pod asks for; BadRequest names a field the spec gets wrong."""
+def body_requested(pod: Pod) -> frozenset[str]:
+    """The resources the body's spec asks a positive amount of; BadRequest names a field the
+    spec gets wrong."""
     try:
         key = orjson.dumps(pod.spec)
     except TypeError:  # not from JSON: read it without the cache
         key = None
-    needs = _NEEDS.get(key) if key is not None else None
-    if needs is not None:
-        return needs
+    requested = _REQUESTED.get(key) if key is not None else None
+    if requested is not None:
+        return requested
     try:
         spec = pod_spec(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
-    gpus, _ = pod_gpus(spec)
-    needs = gpus, tuple(t.to_spec() for t in spec.tolerations)
+    requested = frozenset(r for r, v in engine_pod_requests(spec).items() if v > 0)
     if key is not None:
-        if len(_NEEDS) >= _NEEDS_SIZE:
-            del _NEEDS[next(iter(_NEEDS))]  # the oldest
-        _NEEDS[key] = needs
-    return needs
+        if len(_REQUESTED) >= _REQUESTED_SIZE:
+            del _REQUESTED[next(iter(_REQUESTED))]  # the oldest
+        _REQUESTED[key] = requested
+    return requested
 
 
-def pod_request(pod: Pod | DecodedPod, verdict: Admitted) -> PodRequest:
-    if isinstance(pod, DecodedPod):  # the spec is read once per pod bytes, errors included
-        if pod.needs is None:
+def _requested_reader(pod: Pod | DecodedPod) -> Callable[[], frozenset[str]]:
+    if not isinstance(pod, DecodedPod):
+        return partial(body_requested, pod)
+
+    def read() -> frozenset[str]:  # once per pod bytes, errors included
+        if pod.requested is None:
             try:
-                pod.needs = pod_needs(pod.pod)
+                pod.requested = body_requested(pod.pod)
             except BadRequest as exc:
-                pod.needs = str(exc)
-        needs = pod.needs
-        if isinstance(needs, str):
-            raise BadRequest(needs)
-        uid = pod.pod.metadata.uid
-    else:
-        needs = pod_needs(pod)
-        uid = pod.metadata.uid
-    # Only GPUs are judged here: cpu, memory and the rest are kube-scheduler's own fit check,
-    # whose cache of them is the authoritative one (the simulator's place() checks them all).
-    return PodRequest(uid or "", needs[0], {}, needs[1], verdict.flavor, verdict.job_key)
+                pod.requested = str(exc)
+        if isinstance(pod.requested, str):
+            raise BadRequest(pod.requested)
+        return pod.requested
+
+    return read
+
+
+def pod_request(verdict: Admitted) -> PodRequest:
+    """What placement judges: the cached pod's GPUs and tolerations, never the body's. Only GPUs
+    are judged here: cpu, memory and the rest are kube-scheduler's own fit check, whose cache of
+    them is the authoritative one (the simulator's place() checks them all)."""
+    pod = verdict.pod
+    return PodRequest(pod.uid, pod.gpus, {}, pod.tolerations, verdict.flavor, verdict.job_key)
 
 
 def _names_request(body: bytes, memo: PodMemo | None) -> tuple[DecodedPod, list[str]] | None:
@@ -131,14 +142,16 @@ def _read_request(body: bytes, memo: PodMemo | None):
 def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> dict | bytes:
     try:
         pod, names, infos, raws, meta, fast = _read_request(body, memo)
-        verdict = view.workload_for(meta)
+        verdict = judge(view, meta, _requested_reader(pod), report=True)
         result = None
         if isinstance(verdict, Unmanaged):
             passed, failed, unresolvable = list(names), {}, {}
         elif isinstance(verdict, NotAdmitted):
             passed, failed, unresolvable = [], {}, {n: verdict.message for n in names}
+        elif isinstance(verdict, Retry):
+            return filter_error(verdict.message)
         else:
-            req = pod_request(pod, verdict)
+            req = pod_request(verdict)
             result = filter_nodes(req, names, view.nodes, infos)
             passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
             if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
@@ -159,10 +172,10 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
 def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> bytes | list[dict] | dict:
     try:
         pod, names, _, _, meta, fast = _read_request(body, memo)
-        verdict = view.workload_for(meta)
+        verdict = judge(view, meta, _requested_reader(pod))
         if not isinstance(verdict, Admitted):
             return encode_host_priorities(names, [0] * len(names))  # neutral: kube-scheduler decides
-        req = pod_request(pod, verdict)
+        req = pod_request(verdict)
         answered = fast and names is pod.answered_names  # the names this pod's /filter answered
     except BadRequest as exc:
         # HostPriorityList has no Error field; kube-scheduler ignores a prioritize it cannot
@@ -182,31 +195,32 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
 
 
 def preempt_verb(body: bytes, view: ClusterView) -> dict:
+    """Victims are named by UID and judged as the cache knows them: whatever else a body says
+    about a victim pod is not read."""
     try:
         args: ExtenderPreemptionArgs = decode(body, ExtenderPreemptionArgs)
         if args.NodeNameToVictims is None and args.NodeNameToMetaVictims is None:
             raise BadRequest("ExtenderPreemptionArgs has neither NodeNameToVictims nor NodeNameToMetaVictims")
+        verdict = judge(view, args.Pod.metadata, partial(body_requested, args.Pod))
     except BadRequest as exc:
         log.warning("preempt: %s", str(exc))
         return preemption_result({}, str(exc))  # no victims: nothing is evicted
-    if isinstance(view.workload_for(args.Pod.metadata), NotAdmitted):
-        return preemption_result({})  # a pod without quota may not evict anyone
-    proposed: dict[str, NodeVictims[tuple[str, PodRef | None]]] = {}
+    if isinstance(verdict, (NotAdmitted, Retry)):
+        return preemption_result({})  # a pod without quota, or not vouched for, may not evict anyone
+    proposed: dict[str, NodeVictims[str]] = {}
     if args.NodeNameToVictims is not None:
         for node, v in args.NodeNameToVictims.items():
-            pods = tuple((p.metadata.uid or "", p.metadata) for p in v.Pods or ())
-            proposed[node] = NodeVictims(pods, v.NumPDBViolations)
+            proposed[node] = NodeVictims(tuple(p.metadata.uid or "" for p in v.Pods or ()), v.NumPDBViolations)
     elif args.NodeNameToMetaVictims is not None:
         for node, v in args.NodeNameToMetaVictims.items():
-            pods = tuple((p.UID, view.pod_by_uid(p.UID)) for p in v.Pods or ())
-            proposed[node] = NodeVictims(pods, v.NumPDBViolations)
+            proposed[node] = NodeVictims(tuple(p.UID for p in v.Pods or ()), v.NumPDBViolations)
 
-    def allowed(victim: tuple[str, PodRef | None]) -> bool:
-        meta = victim[1]
-        if meta is None:
+    def allowed(uid: str) -> bool:
+        pod = view.pod(uid) if uid else None
+        if pod is None:
             return False  # unknown to the cache: cannot prove it is not an admitted Workload's
-        verdict = view.workload_for(meta)
-        return view.may_evict(meta) if isinstance(verdict, Admitted) else True
+        member = membership(view, pod)
+        return view.may_evict(pod) if member is not None and member.workload.holds_quota else True
 
     kept = veto(proposed, allowed)
-    return preemption_result({n: ([uid for uid, _ in v.pods], v.num_pdb_violations) for n, v in kept.items()})
+    return preemption_result({n: (list(v.pods), v.num_pdb_violations) for n, v in kept.items()})

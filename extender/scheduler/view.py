@@ -1,42 +1,155 @@
-"""What the extender endpoints need to know about the cluster, as a protocol.
+"""What the extender endpoints need to know about the cluster, as a protocol, and the facts it
+hands them.
 
-The controller implements it over its watch cache; ``memory.InMemoryClusterView`` implements
-it for tests, the benchmark and the simulator."""
+The verbs trust nothing in a request body that these facts can check: a pod is looked up by UID
+in the view's own pod cache, and its namespace, owner, requests and tolerations come from there
+(``CachedPod``), never from the body. The controller implements the protocol over its watch
+caches (``extender.controller.view``); ``memory.InMemoryClusterView`` implements it for tests
+and the benchmark."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Union
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Union
 
 from gpuqueue.api.base import ObjectMeta
+from gpuqueue.api.core import Pod
+from gpuqueue.api.podrequests import engine_pod_requests
+from gpuqueue.api.scheduling import Toleration
+from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 from gpuqueue.extender.placement.cache import NodeCache
-from gpuqueue.extender.placement.model import FlavorSelector
+from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 
-PodRef = ObjectMeta  # a pod's identity: namespace, name, uid, labels, ownerReferences
+PodRef = ObjectMeta  # a pod's identity as a request body states it
+
+
+def controller_uid(meta: ObjectMeta) -> str | None:
+    """The uid of the controller ownerReference in a pod's metadata."""
+    for ref in meta.owner_references:
+        if ref.controller:
+            return ref.uid
+    return None
 
 
 @dataclass(frozen=True, slots=True)
+class CachedPod:
+    """A pod as the view's own cache holds it (the controller's pod informer)."""
+
+    uid: str
+    namespace: str
+    name: str
+    controller_uid: str | None  # uid of its controller ownerReference
+    requests: Mapping[str, int] = field(default_factory=dict)  # Kubernetes' pod requests, engine units
+    tolerations: tuple[Toleration, ...] = ()
+    requested: frozenset[str] = frozenset()  # the resources it asks a positive amount of (derived)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requested", frozenset(r for r, v in self.requests.items() if v > 0))
+
+    @classmethod
+    def of(cls, pod: Pod) -> "CachedPod":
+        """From the pod's object; requests as Kubernetes counts them (``api.podrequests``)."""
+        meta = pod.metadata
+        return cls(meta.uid or "", meta.namespace or "", meta.name or "", controller_uid(meta),
+                   engine_pod_requests(pod.spec), tuple(t.to_spec() for t in pod.spec.tolerations))
+
+    @property
+    def gpus(self) -> int:
+        return self.requests.get(GPU_RESOURCE, 0)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """An object pods belong to (a Job, ...), as the view's cache holds it."""
+
+    uid: str
+    namespace: str
+    kind: str
+    name: str
+    controller_uid: str | None = None  # its own controller ownerReference (a JobSet's Job has one)
+
+
+# Where a Workload stands, as far as its pods are concerned.
+PENDING, ADMITTED, EVICTED, FINISHED = "pending", "admitted", "evicted", "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetAdmission:
+    """One pod set's part of a Workload's ``status.admission``."""
+
+    count: int
+    usage: Mapping[str, int]  # resourceUsage: every pod of the set together, engine units
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadEntry:
+    """A Workload as its pods are judged against it."""
+
+    namespace: str
+    name: str
+    owner_uid: str  # its controller ownerReference (the Job's uid)
+    state: str  # PENDING | ADMITTED | EVICTED | FINISHED
+    message: str = ""  # why it is pending, or why it is being evicted
+    flavor: FlavorSelector | None = None  # the admitted flavors, merged (ADMITTED, EVICTED)
+    pod_sets: Mapping[str, PodSetAdmission] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_quota(self) -> bool:
+        return self.state in (ADMITTED, EVICTED)
+
+
+# -- verdicts: what the verbs do with a pod ----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
 class Unmanaged:
-    """Not a pod of a Job gpuqueue manages: kube-scheduler decides alone."""
+    """Not a pod gpuqueue has a say about: kube-scheduler decides alone, nothing is reserved."""
 
 
 @dataclass(frozen=True, slots=True)
 class NotAdmitted:
-    """A managed pod whose Workload has no quota reservation."""
+    """Refused on every node (FailedAndUnresolvableNodes) with ``message``: its Workload waits
+    for quota, or the pod breaks the enforcement policy (Strict)."""
 
-    message: str  # the Workload's pending message
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Answered with an ``Error``: kube-scheduler marks the pod Unschedulable and retries it with
+    backoff. For what the cache cannot vouch for yet (a pod it has not seen)."""
+
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """A pod of an admitted Workload: it must land on a node of ``flavor``."""
+    """A pod of an admitted Workload, checked against the cache: it must land on a node of
+    ``flavor``; ``pod`` is what the cache says it asks for."""
 
     flavor: FlavorSelector
-    job_key: str
+    job_key: str  # the pods counted together on nodes: its controller owner's uid
+    pod: CachedPod
 
 
-Verdict = Union[Unmanaged, NotAdmitted, Admitted]
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Why a pod that needs an admission may not run (``reason`` is the metric's label)."""
+
+    reason: str
+    message: str
+    pod: CachedPod
+
+
+Verdict = Union[Unmanaged, NotAdmitted, Retry, Admitted]
 UNMANAGED = Unmanaged()
 
 
@@ -45,11 +158,25 @@ class ClusterView(Protocol):
     def nodes(self) -> NodeCache:
         """Nodes, and the GPUs bound and in-flight pods take on them."""
 
-    def workload_for(self, pod: PodRef) -> Verdict:
-        """Is this pod gpuqueue's, and if so is its Workload admitted, to which flavor?"""
+    @property
+    def enforcement(self) -> EnforcementConfig:
+        """The operator's enforcement policy (the Configuration's ``enforcement``)."""
 
-    def pod_by_uid(self, uid: str) -> PodRef | None:
-        """A pod the view knows (kube-scheduler names preemption victims by UID only)."""
+    def covered_resources(self) -> frozenset[str] | None:
+        """The resources some ClusterQueue covers (None while unknown: then every resource but
+        the base ones is enforced, ``EnforcementConfig.enforced_resources``)."""
 
-    def may_evict(self, pod: PodRef) -> bool:
-        """The quota engine's word on evicting this pod of an admitted Workload."""
+    def pod(self, uid: str) -> CachedPod | None:
+        """A pod the cache knows."""
+
+    def owner(self, uid: str) -> Owner | None:
+        """An owner object the cache knows (Jobs)."""
+
+    def workload_owned_by(self, uid: str) -> WorkloadEntry | None:
+        """The Workload whose controller ownerReference is ``uid`` (one holding quota first)."""
+
+    def may_evict(self, pod: CachedPod) -> bool:
+        """The quota engine's word on evicting this pod of a Workload holding quota."""
+
+    def report(self, violation: Violation) -> None:
+        """A /filter found ``violation`` (counted; logged in Audit)."""

@@ -5,7 +5,7 @@ plain dicts built here so every key is spelled once."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,6 +17,11 @@ from gpuqueue.extender.placement.kube import describe
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+# Go's int: a JSON number within int64. A string, a bool or an integer past 64 bits is refused
+# when decoding (orjson cannot write such an integer back: an answer echoing it would fail).
+Int64 = Annotated[int, Field(strict=True, ge=-(2**63), le=2**63 - 1)]
 
 
 class Pod(_Wire):
@@ -44,12 +49,12 @@ class MetaPod(_Wire):
 
 class MetaVictims(_Wire):
     Pods: list[MetaPod] | None = None
-    NumPDBViolations: int = 0
+    NumPDBViolations: Int64 = 0
 
 
 class Victims(_Wire):
     Pods: list[Pod] | None = None
-    NumPDBViolations: int = 0
+    NumPDBViolations: Int64 = 0
 
 
 class ExtenderPreemptionArgs(_Wire):

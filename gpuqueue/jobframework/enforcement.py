@@ -89,12 +89,19 @@ class EnforcementConfig:
     def needs_admission(self, namespace: str, requested: Iterable[str], covered: Iterable[str] | None = None) -> bool:
         """Whether a pod of ``namespace`` requesting (a positive amount of) ``requested`` must
         belong to an admitted workload to run."""
-        if not self.enforcing or self.exempt(namespace):
-            return False
+        return self.enforcing and bool(self.checked_requests(namespace, requested, covered))
+
+    def checked_requests(self, namespace: str, requested: Iterable[str],
+                         covered: Iterable[str] | None = None) -> frozenset[str]:
+        """The enforced resources among ``requested``, none in an exempt namespace; whatever the
+        mode (Off still needs to know which pods are the quota's, e.g. to wait for a pod the
+        extender's cache has not seen yet)."""
+        if self.exempt(namespace):
+            return frozenset()
         enforced = self.enforced_resources(covered)
         if enforced is None:
-            return any(r not in BASE_RESOURCES for r in requested)
-        return any(r in enforced for r in requested)
+            return frozenset(r for r in requested if r not in BASE_RESOURCES)
+        return enforced.intersection(requested)
 
 
 def _names(section: Mapping[str, Any], field: str, default):

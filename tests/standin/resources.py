@@ -100,6 +100,16 @@ VALIDATING_WEBHOOK_CONFIGURATIONS = _builtin("admissionregistration.k8s.io", "v1
                                              "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
                                              False)
 
+# Owners of pods gpuqueue does not manage (a Deployment's ReplicaSet, a StatefulSet): stored and
+# served, their controllers are not stood in for (a test creates the pods they would make).
+REPLICA_SETS = _builtin("apps", "v1", "replicasets", "ReplicaSet", True, status_subresource=True, has_generation=True,
+                        bookmark_skeleton={"spec": {"template": {"metadata": {"creationTimestamp": None},
+                                                                 "spec": {"containers": None}}}, "status": {}})
+STATEFUL_SETS = _builtin("apps", "v1", "statefulsets", "StatefulSet", True, status_subresource=True,
+                         has_generation=True, bookmark_skeleton={"spec": {"template": {
+                             "metadata": {"creationTimestamp": None}, "spec": {"containers": None}},
+                             "serviceName": "", "updateStrategy": {}}, "status": {"replicas": 0}})
+
 # Kueue's CRDs declare no status subresource for ResourceFlavor and WorkloadPriorityClass (they have
 # no status), so neither does the stand-in: /status on them is a 404 as on a real cluster.
 RESOURCE_FLAVORS = _kueue("resourceflavors", "ResourceFlavor", False, status=False)
@@ -111,7 +121,7 @@ WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityC
 
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
-    SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
+    SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, REPLICA_SETS, STATEFUL_SETS,
     RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
 )
 

@@ -19,8 +19,32 @@ FIXED_BODIES: tuple[bytes, ...] = (
     b'"' + b"a" * 100_000 + b'"', b"{\"a\":1,}", b"NaN", b"[1,2", b"{\"a\" 1}",
 )
 
+# Numbers a Go int64 cannot hold, integers spelled as strings, floats where an integer belongs:
+# each must be refused while decoding (an answer echoing one could not be encoded again).
+HOSTILE_NUMBERS: tuple[Any, ...] = ("99999999999999999999", 99999999999999999999, -99999999999999999999, 2 ** 63,
+                                    -(2 ** 63) - 1, 2 ** 64 - 1, 1e308, 0.5, "1e3", "-1", True)
+
 WRONG_TYPES: tuple[Any, ...] = (None, 1, -1, 0, "x", "", [], {}, [1], {"a": None}, True, 1e308, -1e308,
-                                2 ** 64, "9" * 50, [None] * 3, {"": ""})
+                                2 ** 64, "9" * 50, [None] * 3, {"": ""}) + HOSTILE_NUMBERS
+
+
+def leaf_paths(doc: Any, path: tuple = ()) -> list[tuple]:
+    """Every path from the root of a JSON document to a value that is not an object or array."""
+    if isinstance(doc, dict):
+        return [p for k, v in doc.items() for p in leaf_paths(v, path + (k,))]
+    if isinstance(doc, list):
+        return [p for i, v in enumerate(doc) for p in leaf_paths(v, path + (i,))]
+    return [path]
+
+
+def replaced(doc: Any, path: tuple, value: Any) -> Any:
+    """A copy of ``doc`` with the value at ``path`` replaced."""
+    out = json.loads(json.dumps(doc))
+    target = out
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = value
+    return out
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

@@ -1,0 +1,74 @@
+"""The lookups every ClusterView answers the same way: pods and owners by UID, Workloads by their
+owner's UID, the node cache and the policy. The controller's view fills them from Kubernetes
+objects (``extender.controller.view.CacheView``), the in-memory one from a test's setup."""
+
+from __future__ import annotations
+
+from gpuqueue.jobframework.enforcement import EnforcementConfig
+
+from gpuqueue.extender.placement.cache import NodeCache
+from gpuqueue.extender.scheduler.view import ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, WorkloadEntry
+
+_QUOTA_FIRST = {ADMITTED: 0, EVICTED: 1, PENDING: 2, FINISHED: 3}  # which of an owner's Workloads counts
+
+
+class ViewIndexes:
+    def __init__(self, nodes: NodeCache | None = None, enforcement: EnforcementConfig | None = None) -> None:
+        self._nodes = nodes if nodes is not None else NodeCache()
+        self._enforcement = enforcement or EnforcementConfig()
+        self._pods: dict[str, CachedPod] = {}
+        self._owners: dict[str, Owner] = {}
+        self._workloads: dict[str, WorkloadEntry] = {}  # by namespace/name
+        self._by_owner: dict[str, dict[str, WorkloadEntry]] = {}
+
+    # -- filling -------------------------------------------------------------------------------
+    def put_pod(self, pod: CachedPod) -> CachedPod:
+        self._pods[pod.uid] = pod
+        return pod
+
+    def drop_pod(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+    def put_owner(self, owner: Owner) -> Owner:
+        self._owners[owner.uid] = owner
+        return owner
+
+    def drop_owner(self, uid: str) -> None:
+        self._owners.pop(uid, None)
+
+    def put_workload(self, entry: WorkloadEntry) -> WorkloadEntry:
+        self.drop_workload(entry.key)
+        self._workloads[entry.key] = entry
+        self._by_owner.setdefault(entry.owner_uid, {})[entry.key] = entry
+        return entry
+
+    def drop_workload(self, key: str) -> None:
+        old = self._workloads.pop(key, None)
+        if old is not None:
+            owned = self._by_owner.get(old.owner_uid, {})
+            owned.pop(old.key, None)
+            if not owned:
+                self._by_owner.pop(old.owner_uid, None)
+
+    # -- ClusterView ---------------------------------------------------------------------------
+    @property
+    def nodes(self) -> NodeCache:
+        return self._nodes
+
+    @property
+    def enforcement(self) -> EnforcementConfig:
+        return self._enforcement
+
+    def pod(self, uid: str) -> CachedPod | None:
+        return self._pods.get(uid)
+
+    def owner(self, uid: str) -> Owner | None:
+        return self._owners.get(uid)
+
+    def workload_owned_by(self, uid: str) -> WorkloadEntry | None:
+        owned = self._by_owner.get(uid)
+        if not owned:
+            return None
+        if len(owned) == 1:
+            return next(iter(owned.values()))
+        return min(owned.values(), key=lambda e: (_QUOTA_FIRST[e.state], e.name))
