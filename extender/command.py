@@ -21,7 +21,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
-    p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (HTTP)")
+    p.add_argument("--metrics-port", type=int, default=8080,
+                   help="/metrics, /healthz, /readyz (HTTPS with --cert-dir, else HTTP)")
+    p.add_argument("--metrics-insecure", action="store_true",
+                   help="serve /metrics over plain HTTP to anyone who reaches the port, without the bearer-token "
+                        "check (TokenReview + SubjectAccessReview for get /metrics): inside a trusted network only")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
     p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"))
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
@@ -61,6 +65,9 @@ def load_configuration(path: Path | None):
 
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
     from gpuqueue.extender.controller.ops import start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
@@ -90,7 +97,14 @@ async def serve(args: argparse.Namespace) -> int:
     identity = f"{socket.gethostname()}_{os.getpid()}"
     ctl = Controller(api, options, identity=identity)
     view = ControllerClusterView(ctl)
-    ops = await start_ops(ctl, args.host, args.metrics_port)
+    auth = DelegatedAuth(KubeApi(api, qps=50, burst=100, concurrency=4))
+    tls_tasks = []
+    ops_tls = None
+    if args.cert_dir is not None and not args.metrics_insecure:
+        ops_tls = ReloadingTLS(args.cert_dir)
+        tls_tasks.append(asyncio.create_task(ops_tls.watch()))
+    ops = await start_ops(ctl, args.host, args.metrics_port, metrics_auth=None if args.metrics_insecure else auth,
+                          ssl_context=ops_tls.context if ops_tls else None)
     ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
                                    insecure_http=args.insecure_http, max_request_bytes=args.max_request_bytes,
                                    client_ca=args.client_ca)
@@ -101,6 +115,8 @@ async def serve(args: argparse.Namespace) -> int:
     await ctl.start()
     await stop.wait()
     await ctl.stop()
+    for t in tls_tasks:
+        t.cancel()
     await ext.cleanup()
     await ops.cleanup()
     await api.close()

@@ -27,10 +27,10 @@ class EventRecorder:
         self.spawn = spawn
         self.identity = identity
         self.dropped = dropped
-        self._budget = _Budget(qps, burst)
+        self._budget = TokenBucket(qps, burst)
 
     def event(self, st: JobState, reason: str, message: str, type_: str = "Normal") -> None:
-        if not self._budget.take():
+        if not self._budget.try_take():
             self.dropped.inc()
             return
         now = W.now_rfc3339()
@@ -53,13 +53,3 @@ class EventRecorder:
 
         self.spawn(send())
 
-
-class _Budget(TokenBucket):
-    """The write limiter's bucket, but never waiting: take() says whether there is a token now."""
-
-    def take(self) -> bool:
-        self._refill()
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True

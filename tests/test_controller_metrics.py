@@ -1,0 +1,129 @@
+"""Kueue's metric families on /metrics, read over HTTP after the FLAME walkthrough, with the values a
+Kueue operator's dashboards and alerts expect: Kueue's names, labels (the cohort), units (cpu in
+cores, memory in bytes), buckets, pending workloads split active/inadmissible, evictions by reason
+and preemptions by Kueue's preemption reason."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
+from gpuqueue.extender.controller.ops import start_ops
+from tests.controller_support import Harness, eventually
+from tests.metrics_support import INF, Scrape, flame_reclaimed, scrape
+
+
+async def _read(url: str) -> Scrape:
+    status, text = await scrape(url)
+    assert status == 200, text
+    return Scrape(text)
+
+
+async def test_kueue_families_after_the_flame_reclaim():
+    async with Harness(pod_deletion_delay=0.05) as h:
+        ctl, a_keys, c_keys = await flame_reclaimed(h)
+        ops = await start_ops(ctl, "127.0.0.1", 0, metrics_auth=None)
+        url = f"http://127.0.0.1:{ops.addresses[0][1]}/metrics"
+        try:
+            latest: list[Scrape] = []
+
+            async def settled() -> bool:
+                m = await _read(url)
+                latest[:] = [m]
+                return (m.value("kueue_pending_workloads", cluster_queue="group-c", status="inadmissible") == 2
+                        and m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted") == 2
+                        and m.value("kueue_reserving_active_workloads", cluster_queue="group-c") == 2)
+
+            for _ in range(300):
+                if await settled():
+                    break
+                await asyncio.sleep(0.02)
+            m = latest[0]
+            assert await settled(), m.text
+
+            # pending: C's two victims failed their admission attempt (nothing to borrow): inadmissible
+            assert m.value("kueue_pending_workloads", cluster_queue="group-c", status="active") == 0
+            for cq in ("group-a", "group-b", "cpu-queue"):
+                assert m.value("kueue_pending_workloads", cluster_queue=cq, status="active") == 0
+                assert m.value("kueue_pending_workloads", cluster_queue=cq, status="inadmissible") == 0
+            # the inactive ClusterQueue (its flavor is missing): Kueue's "pending" status, its job inadmissible
+            assert m.value("kueue_pending_workloads", cluster_queue="group-x", status="inadmissible") == 1
+            for cq, status in (("group-a", "active"), ("group-c", "active"), ("cpu-queue", "active"),
+                               ("group-x", "pending")):
+                for s in ("pending", "active", "terminating"):
+                    assert m.value("kueue_cluster_queue_status", cluster_queue=cq, status=s) == (s == status), (cq, s)
+
+            # admissions: counted once each, with Kueue's wait histogram and buckets
+            for cq, n in (("group-a", 4), ("group-b", 2), ("group-c", 4), ("cpu-queue", 1)):
+                assert m.value("kueue_admitted_workloads_total", cluster_queue=cq) == n, cq
+                assert m.value("kueue_quota_reserved_workloads_total", cluster_queue=cq) == n, cq
+                assert m.value("kueue_admission_wait_time_seconds_count", cluster_queue=cq) == n, cq
+                assert m.value("kueue_quota_reserved_wait_time_seconds_count", cluster_queue=cq) == n, cq
+            buckets = m.matching("kueue_admission_wait_time_seconds_bucket", cluster_queue="group-a")
+            assert sorted(float(dict(lbls)["le"]) for lbls in buckets) == sorted(KUEUE_WAIT_BUCKETS + (INF,))
+            assert KUEUE_WAIT_BUCKETS == (1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240)
+            assert m.value("kueue_admission_wait_time_seconds_bucket", cluster_queue="group-a", le="+Inf") == 4
+            assert m.value("kueue_admission_attempts_total", result="success") >= 1
+
+            # evictions by Kueue's reason, preemptions by Kueue's preemption reason
+            assert m.matching("kueue_evicted_workloads_total") == {
+                (("cluster_queue", "group-c"), ("reason", "Preempted")): 2}
+            assert m.matching("kueue_preempted_workloads_total") == {
+                (("preempting_cluster_queue", "group-a"), ("reason", "InCohortReclamation")): 2}
+
+            # quota and usage, with the cohort label, in Kueue's units
+            gpu = {"flavor": "gh200", "resource": "nvidia.com/gpu"}
+            for cq, nominal, used in (("group-a", 4, 4), ("group-b", 2, 2), ("group-c", 0, 2)):
+                labels = {"cohort": "flame", "cluster_queue": cq, **gpu}
+                assert m.value("kueue_cluster_queue_nominal_quota", **labels) == nominal
+                assert m.value("kueue_cluster_queue_resource_usage", **labels) == used
+                assert m.value("kueue_cluster_queue_resource_reservation", **labels) == used
+                assert m.value("kueue_cluster_queue_borrowing_limit", **labels) == INF
+                assert m.value("kueue_cluster_queue_lending_limit", **labels) == INF
+                assert m.value("kueue_reserving_active_workloads", cluster_queue=cq) == used
+                assert m.value("kueue_admitted_active_workloads", cluster_queue=cq) == used
+            cpu = {"cohort": "", "cluster_queue": "cpu-queue", "flavor": "default-flavor"}
+            assert m.value("kueue_cluster_queue_resource_usage", **cpu, resource="cpu") == 0.5  # cores
+            assert m.value("kueue_cluster_queue_nominal_quota", **cpu, resource="cpu") == 1.5
+            assert m.value("kueue_cluster_queue_borrowing_limit", **cpu, resource="cpu") == 0
+            assert m.value("kueue_cluster_queue_resource_usage", **cpu, resource="memory") == 512 * 2**20  # bytes
+            assert m.value("kueue_cluster_queue_nominal_quota", **cpu, resource="memory") == 2 * 2**30
+            assert m.value("gpuqueue_cluster_queue_borrowed", cluster_queue="group-c", **gpu) == 2
+
+            # the LocalQueue families (Kueue's LocalQueueMetrics feature)
+            lq_c = {"name": "default", "namespace": "team-c"}
+            assert m.value("kueue_local_queue_pending_workloads", **lq_c, status="inadmissible") == 2
+            assert m.value("kueue_local_queue_pending_workloads", **lq_c, status="active") == 0
+            assert m.value("kueue_local_queue_admitted_workloads_total", **lq_c) == 4
+            assert m.value("kueue_local_queue_quota_reserved_workloads_total", **lq_c) == 4
+            assert m.value("kueue_local_queue_admission_wait_time_seconds_count", **lq_c) == 4
+            assert m.value("kueue_local_queue_evicted_workloads_total", **lq_c, reason="Preempted") == 2
+            assert m.value("kueue_local_queue_reserving_active_workloads", **lq_c) == 2
+            assert m.value("kueue_local_queue_admitted_active_workloads", **lq_c) == 2
+            assert m.value("kueue_local_queue_resource_usage", **lq_c, **gpu) == 2
+            assert m.value("kueue_local_queue_resource_reservation", **lq_c, **gpu) == 2
+            assert m.value("kueue_local_queue_resource_usage", name="default", namespace="team-d",
+                           flavor="default-flavor", resource="cpu") == 0.5
+            for ns, active in (("team-a", "True"), ("team-x", "False")):
+                for s in ("True", "False", "Unknown"):
+                    assert m.value("kueue_local_queue_status", name="default", namespace=ns, active=s) == (s == active)
+            # nothing left under gpuqueue_'s old names for what Kueue names
+            assert not {n for n in m.names if n.startswith(("gpuqueue_pending", "gpuqueue_preemptions",
+                                                            "gpuqueue_reserving", "gpuqueue_admitted"))}
+        finally:
+            await ops.cleanup()
+
+
+async def test_a_replica_that_stops_leading_stops_showing_queue_numbers():
+    """Only the leader's engine knows the queues: a replica that lost the Lease would otherwise keep
+    serving its last values, and a dashboard summing over replicas would count them twice."""
+    async with Harness(pod_deletion_delay=0.05) as h:
+        ctl, _, _ = await flame_reclaimed(h)
+        await eventually(lambda: ctl.metrics.showing_queues, what="gauges shown while leading")
+        await ctl.lose_leadership()
+        await eventually(lambda: not ctl.metrics.showing_queues, what="gauges dropped")
+        from prometheus_client import generate_latest
+
+        text = generate_latest(ctl.metrics.registry).decode()
+        assert "kueue_pending_workloads{" not in text and "kueue_cluster_queue_nominal_quota{" not in text
+        assert "kueue_admitted_workloads_total{" in text  # counters of what this replica did stay
