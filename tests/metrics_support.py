@@ -89,3 +89,21 @@ async def scrape(url: str, token: str | None = None, ssl=None) -> tuple[int, str
 
 
 INF = math.inf
+
+
+def serving_certs(tmp_path, service: str = "gpuqueue-extender"):
+    """A CA and a serving certificate for 127.0.0.1 (as `gpuqueue certs generate` writes them) and
+    a client SSLContext that trusts that CA."""
+    import ssl
+
+    from gpuqueue.certs.generate import ServingIdentity, generate, write_files
+
+    write_files(tmp_path, generate(ServingIdentity(service, "gpuqueue-system", (), ("127.0.0.1",))))
+    return tmp_path, ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+
+
+def apply_manifest_objects(names: set[str]) -> list[dict]:
+    """The shipped objects of these names (as `kubectl apply -k manifests/` would create them)."""
+    from manifests.tools import render
+
+    return [o for o in render.build() if o["metadata"]["name"] in names]

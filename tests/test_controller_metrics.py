@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
+
 from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
 from gpuqueue.extender.controller.ops import start_ops
+from gpuqueue.extender.controller.kinds import Kind
 from tests.controller_support import Harness, eventually
 from tests.metrics_support import INF, Scrape, flame_reclaimed, scrape
+
+
+K_CLUSTER_ROLES = Kind("clusterroles", "rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
+K_CLUSTER_ROLE_BINDINGS = Kind("clusterrolebindings", "rbac.authorization.k8s.io", "v1", "clusterrolebindings", False,
+                               "ClusterRoleBinding")
 
 
 async def _read(url: str) -> Scrape:
@@ -127,3 +135,60 @@ async def test_a_replica_that_stops_leading_stops_showing_queue_numbers():
         text = generate_latest(ctl.metrics.registry).decode()
         assert "kueue_pending_workloads{" not in text and "kueue_cluster_queue_nominal_quota{" not in text
         assert "kueue_admitted_workloads_total{" in text  # counters of what this replica did stay
+
+
+async def test_metrics_answer_only_callers_the_api_server_authorises(tmp_path):
+    """As Kueue's: HTTPS, a bearer token checked by TokenReview, then a SubjectAccessReview for `get`
+    on /metrics. Prometheus bound to the shipped gpuqueue-metrics-reader reads it; another
+    ServiceAccount, no token, a made-up token and a forged X-Remote-User header do not; the probes
+    stay open; answers are cached; a flood of made-up tokens is refused once over its own budget."""
+    from kubernetes_asyncio import client
+
+    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.tls import ReloadingTLS
+    from tests.metrics_support import apply_manifest_objects, serving_certs
+
+    certs, trust = serving_certs(tmp_path)
+    async with Harness(pod_deletion_delay=0.05) as h:
+        ctl, _, _ = await flame_reclaimed(h)
+        for obj in apply_manifest_objects({"gpuqueue-metrics-reader"}):
+            await h.kube.create(K_CLUSTER_ROLES, None, obj)
+        await h.kube.create(K_CLUSTER_ROLE_BINDINGS, None, {
+            "metadata": {"name": "prometheus"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpuqueue-metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]})
+        prometheus = h.api.authn.service_account_token("monitoring", "prometheus")
+        stranger = h.api.authn.service_account_token("team-c", "default")
+        reviews_client = client.ApiClient(h.api.client_configuration())
+        auth = DelegatedAuth(KubeApi(reviews_client), qps=1, burst=8)
+        ops = await start_ops(ctl, "127.0.0.1", 0, metrics_auth=auth, ssl_context=ReloadingTLS(certs).context)
+        base = f"https://127.0.0.1:{ops.addresses[0][1]}"
+        try:
+            status, text = await scrape(base + "/metrics", prometheus, ssl=trust)
+            assert status == 200 and "kueue_pending_workloads{" in text
+            assert (await scrape(base + "/metrics", stranger, ssl=trust))[0] == 403
+            status, text = await scrape(base + "/metrics", None, ssl=trust)
+            assert status == 401 and "bearer token" in text
+            assert (await scrape(base + "/metrics", "made-up", ssl=trust))[0] == 401
+            async with aiohttp.ClientSession() as http:
+                async with http.get(base + "/metrics", ssl=trust, headers={"X-Remote-User": "system:admin",
+                                                                           "X-Remote-Group": "system:masters"}) as r:
+                    assert r.status == 401  # no front-proxy certificate: the headers count for nothing
+                async with http.get(base + "/healthz", ssl=trust) as r:
+                    assert r.status == 200
+            reviews = auth.reviews
+            assert (await scrape(base + "/metrics", prometheus, ssl=trust))[0] == 200
+            assert auth.reviews == reviews  # cached: no new TokenReview or SubjectAccessReview
+            codes = [(await scrape(base + "/metrics", f"flood-{i}", ssl=trust))[0] for i in range(12)]
+            assert set(codes) == {401, 429} and codes[-1] == 429
+            assert auth.reviews <= reviews + 3  # the budget (1/s, burst 8) held, whatever the flood
+            plain = await start_ops(ctl, "127.0.0.1", 0, metrics_auth=None)  # --metrics-insecure
+            try:
+                status, _ = await scrape(f"http://127.0.0.1:{plain.addresses[0][1]}/metrics")
+                assert status == 200
+            finally:
+                await plain.cleanup()
+        finally:
+            await ops.cleanup()
+            await reviews_client.close()
