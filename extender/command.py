@@ -26,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-insecure", action="store_true",
                    help="serve /metrics over plain HTTP to anyone who reaches the port, without the bearer-token "
                         "check (TokenReview + SubjectAccessReview for get /metrics): inside a trusted network only")
+    p.add_argument("--visibility-port", type=int, default=8082,
+                   help="Kueue's visibility API for kube-aggregator (HTTPS with --cert-dir; 0: off)")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
     p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"))
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
@@ -66,6 +68,7 @@ def load_configuration(path: Path | None):
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
     from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
     from gpuqueue.extender.controller.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
@@ -105,6 +108,15 @@ async def serve(args: argparse.Namespace) -> int:
         tls_tasks.append(asyncio.create_task(ops_tls.watch()))
     ops = await start_ops(ctl, args.host, args.metrics_port, metrics_auth=None if args.metrics_insecure else auth,
                           ssl_context=ops_tls.context if ops_tls else None)
+    servers = [ops]
+    if args.visibility_port and args.cert_dir is not None:
+        await auth.load_requestheader()
+        vis_tls = ReloadingTLS(args.cert_dir)
+        tls_tasks.append(asyncio.create_task(vis_tls.watch()))
+        servers.append(await start_visibility(ctl, auth, args.host, args.visibility_port,
+                                              with_front_proxy_ca(vis_tls.context, auth)))
+    elif args.visibility_port:
+        logging.getLogger("gpuqueue").warning("the visibility API needs --cert-dir (HTTPS): not served")
     ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
                                    insecure_http=args.insecure_http, max_request_bytes=args.max_request_bytes,
                                    client_ca=args.client_ca)
@@ -118,7 +130,8 @@ async def serve(args: argparse.Namespace) -> int:
     for t in tls_tasks:
         t.cancel()
     await ext.cleanup()
-    await ops.cleanup()
+    for server in servers:
+        await server.cleanup()
     await api.close()
     return 0
 

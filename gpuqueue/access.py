@@ -93,6 +93,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("explain", KUEUE, "workloads", "get list", "its Workload; the other Workloads of its ClusterQueue"),
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish"),
+    _a("explain", "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get", "its place in the queue, as the visibility API gives it"),
 )
 
 

@@ -207,9 +207,13 @@ class DelegatedAuth:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+_REASONS = {401: "Unauthorized", 403: "Forbidden", 429: "TooManyRequests", 503: "ServiceUnavailable"}
+
+
 def guarded(auth: DelegatedAuth | None, attributes: Callable[[web.Request], tuple[dict, str]],
-            handler: Handler) -> Handler:
-    """`handler` behind authentication and authorization (none when `auth` is None)."""
+            handler: Handler, status_json: bool = False) -> Handler:
+    """`handler` behind authentication and authorization (none when `auth` is None). Refusals are
+    one line of text, or a metav1.Status with `status_json` (what an aggregated API answers)."""
     if auth is None:
         return handler
 
@@ -222,6 +226,10 @@ def guarded(auth: DelegatedAuth | None, attributes: Callable[[web.Request], tupl
             headers = {"WWW-Authenticate": 'Bearer realm="gpuqueue"'} if exc.status == 401 else {}
             if exc.status == 429:
                 headers["Retry-After"] = "1"
+            if status_json:
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                          "message": str(exc), "reason": _REASONS[exc.status], "code": exc.status},
+                                         status=exc.status, headers=headers)
             return web.Response(status=exc.status, text=str(exc) + "\n", headers=headers)
         return await handler(request)
 

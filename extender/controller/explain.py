@@ -1,6 +1,7 @@
 """`gpuqueue explain NAMESPACE/JOB`: why a Job is pending, from what the API holds: its
-ClusterQueue, its place among that queue's pending Workloads, Kueue's message, and which
-admitted Workloads would have to finish for it to fit."""
+ClusterQueue, its place in the queue (as the visibility API, visibility.py, gives it: the same
+numbers as `kubectl get --raw .../pendingworkloads`), Kueue's message, and which admitted
+Workloads would have to finish for it to fit."""
 
 from __future__ import annotations
 
@@ -12,20 +13,15 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
+from gpuqueue.access import VISIBILITY
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")
 
 
-def _queue_time(wl: dict) -> str:
-    c = W.condition(wl, "Requeued")
-    if c and c.get("status") == "True":
-        return c.get("lastTransitionTime", "")
-    return wl["metadata"].get("creationTimestamp", "")
-
-
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
-            cluster_queues: dict[str, dict]) -> tuple[str, int]:
-    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown)."""
+            cluster_queues: dict[str, dict], position: dict | str | None = None) -> tuple[str, int]:
+    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown). `position`: the
+    Workload's PendingWorkload item from the visibility API, or why there is none."""
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if wl is None:
         return f"{ns}/{name}: no Workload: the Job is not managed by gpuqueue (no queue name), or not seen yet", 2
@@ -42,16 +38,11 @@ def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dic
         lines.append(f"  State:        admitted ({W.condition(wl, 'QuotaReserved').get('message')})")
         return "\n".join(lines), 0
     message = (W.condition(wl, "QuotaReserved") or {}).get("message") or "not evaluated yet"
-    in_cq = []
-    for other in workloads:
-        olq = local_queues.get(f"{other['metadata']['namespace']}/{other['spec'].get('queueName', '')}")
-        if (olq or {}).get("spec", {}).get("clusterQueue") == cq and not W.is_true(other, "QuotaReserved") \
-                and not W.is_true(other, "Finished"):
-            in_cq.append(other)
-    in_cq.sort(key=lambda o: (-(o["spec"].get("priority") or 0), _queue_time(o), o["metadata"]["name"]))
-    position = next((i for i, o in enumerate(in_cq) if o["metadata"]["uid"] == wl["metadata"]["uid"]), None)
-    if position is not None:
-        lines.append(f"  Position:     {position + 1} of {len(in_cq)} pending in {cq}")
+    if isinstance(position, dict):
+        lines.append(f"  Position:     {position['positionInClusterQueue'] + 1} in ClusterQueue {cq}, "
+                     f"{position['positionInLocalQueue'] + 1} in LocalQueue {lq_name}")
+    elif position:
+        lines.append(f"  Position:     unknown ({position})")
     lines.append(f"  Message:      {message}")
     needs = _NEEDED.findall(message)
     if needs and cq in cluster_queues:
@@ -100,8 +91,29 @@ async def explain_job(api: client.ApiClient, ref: str) -> tuple[str, int]:
         if not is_status(exc, 404):
             raise
         wl = None
+    pending = wl is not None and not W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished")
+    position = await _position(kube, wl) if pending else None
     workloads = (await kube.request("GET", K.WORKLOADS.path()))["items"]
     lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
            for o in (await kube.request("GET", K.LOCAL_QUEUES.path()))["items"]}
     cqs = {o["metadata"]["name"]: o for o in (await kube.request("GET", K.CLUSTER_QUEUES.path()))["items"]}
-    return explain(job, wl, workloads, lqs, cqs)
+    return explain(job, wl, workloads, lqs, cqs, position)
+
+
+async def _position(kube: KubeApi, wl: dict, page: int = 1000) -> dict | str | None:
+    """Its item in its LocalQueue's pending workloads, paged through (None: not pending there)."""
+    ns, lq = wl["metadata"]["namespace"], wl["spec"].get("queueName", "")
+    path = f"/apis/{VISIBILITY}/v1beta1/namespaces/{ns}/localqueues/{lq}/pendingworkloads"
+    offset = 0
+    while True:
+        try:
+            items = (await kube.request("GET", path, query=[("offset", str(offset)), ("limit", str(page))]))["items"]
+        except Exception as exc:  # noqa: BLE001
+            code = getattr(exc, "status", None)
+            return f"the visibility API answered {code}: is manifests/visibility applied?" if code else str(exc)
+        for item in items:
+            if item["metadata"]["name"] == wl["metadata"]["name"]:
+                return item
+        if len(items) < page:
+            return None
+        offset += page

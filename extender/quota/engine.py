@@ -186,6 +186,17 @@ class QuotaEngine:
         p = self.pending.get(key)
         return p.message if p else None
 
+    def pending_in_order(self, cq: str) -> list[PendingWorkload]:
+        """The pending workloads of a ClusterQueue in its queue order (Kueue's heap and its
+        inadmissible workloads together, by priority then queue time), as the visibility API lists them."""
+        q = self._queues.get(cq)
+        if q is not None:
+            members = [p for g in q.groups.values() for p in g.members]
+        else:  # inactive: they wait, unqueued
+            members = [p for p in self.pending.values() if p.cluster_queue == cq]
+        members.sort(key=PendingWorkload.order_key)
+        return members
+
     def inadmissible_keys(self) -> set[str]:
         """The pending workloads Kueue counts as inadmissible: their group failed an admission
         attempt and is parked (_still_parked), or their ClusterQueue admits nothing. The others
