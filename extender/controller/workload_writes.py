@@ -145,6 +145,7 @@ class WorkloadWrites:
                 raise
             if result is not None and first and st.phase == "pending":
                 self.events.event(st, "Pending", message)
+                self.events.on_workload(st, self.workloads.uid(st), "Pending", message, "Warning")
 
         self.writes.chain(st.key, write, call_class=INFORM)
 
@@ -173,6 +174,11 @@ class WorkloadWrites:
                 return
             if wrote is not None and counted is not None:
                 self.metrics.admitted_workload(admission.cluster_queue, st.namespace, *counted)
+                uid, cq = self.workloads.uid(st), admission.cluster_queue
+                self.events.on_workload(st, uid, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}, wait time "
+                                        f"since queued was {counted[1]:.0f}s")
+                self.events.on_workload(st, uid, "Admitted", f"Admitted by ClusterQueue {cq}, wait time since "
+                                        "reservation was 0s")
             await self.jobs.unsuspend(st, admission, flavors, resumed)
 
         self.writes.chain(st.key, write, call_class=URGENT)
@@ -216,6 +222,10 @@ class WorkloadWrites:
             marked = await self.workloads.update(st, mark)
             if marked is not None:
                 self.events.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
+                uid = self.workloads.uid(st)
+                self.events.on_workload(st, uid, f"EvictedDueTo{reason}", message)
+                if preempted_reason is not None:
+                    self.events.on_workload(st, uid, "Preempted", message)
                 if cluster_queue is not None:
                     self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, reason,
                                                   preempting_cluster_queue, preempted_reason)
