@@ -26,6 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-insecure", action="store_true",
                    help="serve /metrics over plain HTTP to anyone who reaches the port, without the bearer-token "
                         "check (TokenReview + SubjectAccessReview for get /metrics): inside a trusted network only")
+    p.add_argument("--no-local-queue-metrics", dest="local_queue_metrics", action="store_false",
+                   help="do not export the kueue_local_queue_* families (series per LocalQueue; Kueue exports them "
+                        "only with its LocalQueueMetrics feature gate)")
     p.add_argument("--visibility-port", type=int, default=8082,
                    help="Kueue's visibility API for kube-aggregator (HTTPS with --cert-dir; 0: off)")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
@@ -68,6 +71,7 @@ def load_configuration(path: Path | None):
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
     from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.metrics import Metrics
     from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
     from gpuqueue.extender.controller.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
@@ -98,7 +102,7 @@ async def serve(args: argparse.Namespace) -> int:
                       lease_namespace=args.lease_namespace, managed_jobs=managed,
                       fair_sharing=fair_sharing_spec(cfg))
     identity = f"{socket.gethostname()}_{os.getpid()}"
-    ctl = Controller(api, options, identity=identity)
+    ctl = Controller(api, options, metrics=Metrics(local_queue_metrics=args.local_queue_metrics), identity=identity)
     view = ControllerClusterView(ctl)
     auth = DelegatedAuth(KubeApi(api, qps=50, burst=100, concurrency=4))
     tls_tasks = []

@@ -192,3 +192,54 @@ async def test_metrics_answer_only_callers_the_api_server_authorises(tmp_path):
         finally:
             await ops.cleanup()
             await reviews_client.close()
+
+
+def _dashboard_queries() -> list[str]:
+    import json
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[1] / "manifests" / "grafana" / "gpuqueue-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+async def test_the_grafana_dashboard_reads_only_metrics_that_exist():
+    """Every series the shipped dashboard queries (panels and variables) is on /metrics after the FLAME
+    walkthrough, and every label it groups, joins or filters by is a label of that series."""
+    import re
+
+    exprs = _dashboard_queries()
+    assert len(exprs) >= 15
+    async with Harness(pod_deletion_delay=0.05) as h:
+        ctl, _, _ = await flame_reclaimed(h)
+        ops = await start_ops(ctl, "127.0.0.1", 0, metrics_auth=None)
+        try:
+            url = f"http://127.0.0.1:{ops.addresses[0][1]}/metrics"
+            for _ in range(300):
+                m = await _read(url)
+                if m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted") == 2:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await ops.cleanup()
+    labels_of: dict[str, set[str]] = {}
+    for name, lbls in m.samples:
+        labels_of.setdefault(name, set()).update(k for k, _ in lbls)
+    used = set()
+    for expr in exprs:
+        names = set(re.findall(r"\b((?:kueue|gpuqueue)_[a-z_]+)\b", expr))
+        assert names, expr
+        for name in names:
+            assert name in m.names, f"{name} (in {expr!r}) is not on /metrics"
+            used.add(name)
+        grouped = {g.strip() for group in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr) for g in group.split(",")}
+        selected = set(re.findall(r"([a-z_]+)\s*(?:=~|!=|=)\s*\"", expr))
+        for label in (grouped | selected) - {"le"}:
+            assert any(label in labels_of[n] for n in names), f"label {label} of {expr!r} is on none of {names}"
+    # it covers the families a Kueue operator watches
+    assert {"kueue_pending_workloads", "kueue_admitted_workloads_total", "kueue_evicted_workloads_total",
+            "kueue_preempted_workloads_total", "kueue_admission_wait_time_seconds_bucket",
+            "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_nominal_quota",
+            "kueue_cluster_queue_borrowing_limit", "kueue_cluster_queue_status",
+            "kueue_local_queue_pending_workloads"} <= used
