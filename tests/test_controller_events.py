@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from gpuqueue.extender.controller import workload as W
-from tests.controller_support import Harness, eventually, scenario
+from tests.controller_support import Harness, eventually, together_one_pending
 from tests.metrics_support import flame_reclaimed
 
 
@@ -41,14 +41,8 @@ async def test_workload_events_through_the_flame_reclaim():
 
 
 async def test_pending_event_on_the_workload_with_kueues_message():
-    objects, jobs, later = scenario("together-quota.yaml")
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        await h.controller()
-        await h.submit(jobs[0])
-        await eventually(lambda: h.running("default", "gpu-job-a"), what="a admitted")
-        await h.submit(later[0])
+        await together_one_pending(h)
         await eventually(lambda: "Pending" in _events(h, "Workload", (h.workload_of("default", "gpu-job-b") or {})
                                                       .get("metadata", {}).get("name")), what="Pending on b's workload")
         wl = h.workload_of("default", "gpu-job-b")

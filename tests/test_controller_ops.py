@@ -11,7 +11,7 @@ from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.cli import main
 from tests.standin import resources as R
-from tests.controller_support import Harness, eventually, job_key, scenario
+from tests.controller_support import Harness, eventually, job_key, scenario, together_one_pending
 
 H100_NODE = {"apiVersion": "v1", "kind": "Node",
              "metadata": {"name": "h100-node-3", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
@@ -75,16 +75,8 @@ async def test_readiness_metrics_and_extender_endpoints_over_the_controller_cach
 
 
 async def test_explain_says_where_the_job_stands_and_what_must_finish():
-    objects, jobs, later = scenario("together-quota.yaml")
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        await h.controller()
-        await h.submit(jobs[0])
-        await eventually(lambda: h.running("default", "gpu-job-a"), what="a admitted")
-        await h.submit(later[0])
-        await eventually(lambda: h.workload_of("default", "gpu-job-b") and "more needed" in str(
-            h.workload_of("default", "gpu-job-b").get("status")), what="b pending")
+        await together_one_pending(h)
         text, code = await explain_job(h.client, "default/gpu-job-b")
         assert code == 1
         assert "ClusterQueue: gpu-cluster-queue" in text
