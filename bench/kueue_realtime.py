@@ -376,7 +376,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
     python = [sys.executable] + (["-m", "cProfile", "-o", str(profile / "controller.prof")] if profile else [])
     ctl = subprocess.Popen([*python, "-m", "gpuqueue.cli", "extender", "--kubeconfig", str(kubeconfig),
                             "--insecure-http", "--host", "127.0.0.1", "--port", str(_free_port()),
-                            "--metrics-port", str(metrics_port), "--qps", str(qps), "--burst", str(burst)],
+                            "--metrics-port", str(metrics_port), "--metrics-insecure", "--qps", str(qps), "--burst", str(burst)],
                            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
     total = len(namespaces(cfg)) * sum(c.count for c in cfg.classes)
     try:

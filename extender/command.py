@@ -24,7 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
-    p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (HTTP)")
+    p.add_argument("--metrics-port", type=int, default=8080,
+                   help="/metrics, /healthz, /readyz (HTTPS with --cert-dir, else HTTP)")
+    p.add_argument("--metrics-insecure", action="store_true",
+                   help="serve /metrics over plain HTTP to anyone who reaches the port, without the bearer-token "
+                        "check (TokenReview + SubjectAccessReview for get /metrics): inside a trusted network only")
+    p.add_argument("--no-local-queue-metrics", dest="local_queue_metrics", action="store_false",
+                   help="do not export the kueue_local_queue_* families (series per LocalQueue; Kueue exports them "
+                        "only with its LocalQueueMetrics feature gate)")
+    p.add_argument("--visibility-port", type=int, default=8082,
+                   help="Kueue's visibility API for kube-aggregator (HTTPS with --cert-dir; 0: off)")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
     p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"))
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
@@ -75,6 +84,11 @@ def load_configuration(path: Path | None):
 
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.metrics import Metrics
+    from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
+    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
     from gpuqueue.extender.controller.ops import readiness, start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
@@ -107,9 +121,25 @@ async def serve(args: argparse.Namespace) -> int:
                       lease_namespace=args.lease_namespace, managed_jobs=managed,
                       fair_sharing=fair_sharing_spec(cfg), enforcement=enforcement)
     identity = f"{socket.gethostname()}_{os.getpid()}"
-    ctl = Controller(api, options, identity=identity)
+    ctl = Controller(api, options, metrics=Metrics(local_queue_metrics=args.local_queue_metrics), identity=identity)
     view = ControllerClusterView(ctl)
-    ops = await start_ops(ctl, args.host, args.metrics_port)
+    auth = DelegatedAuth(KubeApi(api, qps=50, burst=100, concurrency=4))
+    tls_tasks = []
+    ops_tls = None
+    if args.cert_dir is not None and not args.metrics_insecure:
+        ops_tls = ReloadingTLS(args.cert_dir)
+        tls_tasks.append(asyncio.create_task(ops_tls.watch()))
+    ops = await start_ops(ctl, args.host, args.metrics_port, metrics_auth=None if args.metrics_insecure else auth,
+                          ssl_context=ops_tls.context if ops_tls else None)
+    servers = [ops]
+    if args.visibility_port and args.cert_dir is not None:
+        await auth.load_requestheader()
+        vis_tls = ReloadingTLS(args.cert_dir)
+        tls_tasks.append(asyncio.create_task(vis_tls.watch()))
+        servers.append(await start_visibility(ctl, auth, args.host, args.visibility_port,
+                                              with_front_proxy_ca(vis_tls.context, auth)))
+    elif args.visibility_port:
+        logging.getLogger("gpuqueue").warning("the visibility API needs --cert-dir (HTTPS): not served")
     ext = await extender_app.start(view, host=args.host, port=args.port, cert_dir=args.cert_dir,
                                    insecure_http=args.insecure_http, max_request_bytes=args.max_request_bytes,
                                    client_ca=client_ca, allow_any_client=args.insecure_allow_any_client,
@@ -122,8 +152,11 @@ async def serve(args: argparse.Namespace) -> int:
     await ctl.start()
     await stop.wait()
     await ctl.stop()
+    for t in tls_tasks:
+        t.cancel()
     await ext.cleanup()
-    await ops.cleanup()
+    for server in servers:
+        await server.cleanup()
     await api.close()
     return 0
 

@@ -25,6 +25,7 @@ INSTALL_NAMESPACE = "gpuqueue-system"
 CERTS_SECRET = "gpuqueue-certs"
 WEBHOOK_CONFIGURATION = "gpuqueue"
 LEADER_ELECTION_LEASE = "gpuqueue-extender"
+AUTHENTICATION_CONFIGMAP = "extension-apiserver-authentication"
 
 KUEUE = "kueue.x-k8s.io"
 COMPONENTS = ("webhook", "extender", "certs", "explain")
@@ -82,6 +83,10 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("extender", "", "events", "create", "CreatedWorkload/QuotaReserved/Preempted/... Events on Jobs (each a new Event)"),
     _a("extender", "coordination.k8s.io", "leases", "create", "leader election: first start", install_namespace=True),
     _a("extender", "coordination.k8s.io", "leases", "get update", "leader election: renew, take over, release", install_namespace=True, resource_names=(LEADER_ELECTION_LEASE,)),
+    # extender: who calls /metrics and the visibility API, and may they (delegated_auth.py)
+    _a("extender", "authentication.k8s.io", "tokenreviews", "create", "who a bearer token on /metrics or the visibility API is"),
+    _a("extender", "authorization.k8s.io", "subjectaccessreviews", "create", "whether that caller may get /metrics or pending workloads"),
+    _a("extender", "", "configmaps", "get", "kube-aggregator's front-proxy CA and headers, in kube-system (the name is pinned, the namespace cannot be without a kube-system Role)", resource_names=(AUTHENTICATION_CONFIGMAP,)),
     # explain: `gpuqueue explain NAMESPACE/JOB`, run by a person with their own credentials
     # (ClusterRole gpuqueue-explain, bound by the operator to whom they choose)
     _a("explain", "batch", "jobs", "get", "the Job asked about"),
@@ -89,6 +94,31 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),
     _a("explain", "", "pods", "list", "the Job's pods waiting for a node, and why the extender holds them back"),
+    _a("explain", "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get", "its place in the queue, as the visibility API gives it"),
+)
+
+
+@dataclass(frozen=True)
+class CallerRole:
+    """A ClusterRole the install ships, bound to nobody, for those who call gpuqueue's servers: what
+    the extender's SubjectAccessReviews ask (delegated_auth.py). tests/test_manifests_rbac.py
+    checks manifests/rbac/callers.yaml holds exactly these."""
+
+    name: str
+    rules: tuple[dict, ...]
+    why: str
+
+
+VISIBILITY = "visibility.kueue.x-k8s.io"
+CALLER_ROLES: tuple[CallerRole, ...] = (
+    CallerRole("gpuqueue-metrics-reader", ({"nonResourceURLs": ["/metrics"], "verbs": ["get"]},),
+               "scrape the extender's /metrics (bind it to Prometheus' ServiceAccount)"),
+    CallerRole("gpuqueue-pending-workloads-cq-viewer",
+               ({"apiGroups": [VISIBILITY], "resources": ["clusterqueues/pendingworkloads"], "verbs": ["get"]},),
+               "list the pending workloads of any ClusterQueue (every namespace's workload names)"),
+    CallerRole("gpuqueue-pending-workloads-lq-viewer",
+               ({"apiGroups": [VISIBILITY], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},),
+               "list the pending workloads of LocalQueues; bind with a RoleBinding for one namespace"),
 )
 
 

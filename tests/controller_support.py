@@ -245,3 +245,18 @@ async def flame_running(h: "Harness") -> tuple[Controller, list[tuple[str, str]]
     keys = [job_key(j) for j in jobs]
     await eventually(lambda: all(h.running(*k) for k in keys), what="all six jobs unsuspended")
     return ctl, keys
+
+
+async def together_one_pending(h: "Harness") -> Controller:
+    """The Together guide's quota, gpu-job-a (6 GPUs) admitted and gpu-job-b (6 more) pending with
+    Kueue's message: the controller."""
+    objects, jobs, later = scenario("together-quota.yaml")
+    for obj in objects:
+        await h.apply(obj)
+    ctl = await h.controller()
+    await h.submit(jobs[0])
+    await eventually(lambda: h.running("default", "gpu-job-a"), what="a admitted")
+    await h.submit(later[0])
+    await eventually(lambda: h.workload_of("default", "gpu-job-b") and "more needed" in str(
+        h.workload_of("default", "gpu-job-b").get("status")), what="b pending")
+    return ctl

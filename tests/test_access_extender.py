@@ -159,6 +159,29 @@ async def queue_status_conflicts_and_explain() -> None:
             await user.close()
 
 
+async def metrics_behind_delegated_auth() -> None:
+    """/metrics scraped with a token: a TokenReview, a SubjectAccessReview, and at start the
+    front-proxy settings of kube-aggregator (kube-system/extension-apiserver-authentication)."""
+    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.extender.controller.ops import start_ops
+    from tests.metrics_support import scrape
+
+    async with RecordingHarness() as h:
+        h.api.enable_aggregation()
+        ctl = await h.controller()
+        reviews = _client(h.api, EXTENDER_AGENT)
+        auth = DelegatedAuth(KubeApi(reviews))
+        assert await auth.load_requestheader() is not None
+        ops = await start_ops(ctl, "127.0.0.1", 0, metrics_auth=auth)
+        try:
+            token = h.api.authn.service_account_token("monitoring", "prometheus")
+            assert (await scrape(f"http://127.0.0.1:{ops.addresses[0][1]}/metrics", token))[0] == 403
+        finally:
+            await ops.cleanup()
+            await reviews.close()
+
+
 # The controller scenarios of tests/test_controller_*.py, run as they are (with their own
 # assertions) on the recording stand-in. Left out: the watch-expiry one and the random kills
 # (lists and watches again, nothing new), and the one on Lease `kube-system` (see above).
@@ -172,7 +195,7 @@ REUSED = [
     test_controller_behaviour.test_hold_and_drain_evicts_and_requeues,
     test_controller_flame.test_flame_borrow_reclaim_resume,  # borrowing, reclaim, Job completion
 ]
-OWN = [leader_election_in_the_install_namespace, queue_status_conflicts_and_explain]
+OWN = [leader_election_in_the_install_namespace, queue_status_conflicts_and_explain, metrics_behind_delegated_auth]
 
 
 @pytest.fixture(scope="module")

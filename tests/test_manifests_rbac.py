@@ -58,9 +58,14 @@ def bindings() -> list[dict]:
     return [o for o in OBJECTS if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
 
 
+CALLER_ROLE_NAMES = {r.name for r in access.CALLER_ROLES}
+
+
 def unbound_cluster_roles() -> list[str]:
+    """Those of user components (a caller role is what gpuqueue checks, not what it calls: compared apart)."""
     bound = {b["roleRef"]["name"] for b in bindings() if b["roleRef"]["kind"] == "ClusterRole"}
-    return [o["metadata"]["name"] for o in OBJECTS if o["kind"] == "ClusterRole" and o["metadata"]["name"] not in bound]
+    return [o["metadata"]["name"] for o in OBJECTS if o["kind"] == "ClusterRole" and o["metadata"]["name"] not in bound
+            and o["metadata"]["name"] not in CALLER_ROLE_NAMES]
 
 
 def granted() -> set[Grant]:
@@ -115,7 +120,7 @@ def test_no_wildcards_anywhere():
         for rule in obj.get("rules", []) if obj["kind"] in ("Role", "ClusterRole") else []:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in rule.get(field, []), f"{obj['kind']}/{obj['metadata']['name']}: {field} has *"
-            assert "nonResourceURLs" not in rule
+            assert "nonResourceURLs" not in rule or obj["metadata"]["name"] in CALLER_ROLE_NAMES
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
 
 
@@ -210,3 +215,13 @@ def test_install_docs_list_exactly_the_declared_permissions():
     assert len(documented) > 20
     assert sorted(documented - expected) == [], "documented but not in gpuqueue/access.py"
     assert sorted(expected - documented) == [], "in gpuqueue/access.py but not in docs/install.md"
+
+
+def test_caller_roles_are_shipped_unbound_as_declared():
+    """The ClusterRoles for Prometheus and the visibility API's users grant exactly what the extender's
+    SubjectAccessReviews ask, and the install binds them to nobody."""
+    shipped = {o["metadata"]["name"]: o["rules"] for o in OBJECTS
+               if o["kind"] == "ClusterRole" and o["metadata"]["name"] in CALLER_ROLE_NAMES}
+    assert shipped == {r.name: list(r.rules) for r in access.CALLER_ROLES}
+    bound = {b["roleRef"]["name"] for b in bindings()}
+    assert not bound & CALLER_ROLE_NAMES

@@ -64,10 +64,10 @@ class Controller:
                                     o.event_burst)
         records = WorkloadRecords(self.kube, self.informers["workloads"])
         self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
-                                        self.metrics.admission_wait, self.resubmit, self.mark_dirty,
+                                        self.metrics.job_admission_wait, self.resubmit, self.mark_dirty,
                                         o.resubmit_backoff)
         self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
-                                              self.metrics.preemptions, self.priorities, self.priority_of,
+                                              self.metrics, self.priorities, self.priority_of,
                                               status_changed=lambda: self.queue_status.changed())
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
@@ -376,8 +376,10 @@ class Controller:
         for dec in decisions:
             self.workload_writes.apply(dec)
         self.passes += 1
-        self.metrics.pass_duration.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.pass_duration.observe(took)
         if decisions:
+            self.metrics.admission_attempt(any(isinstance(x, d.Admitted) for x in decisions), took)
             self.queue_status.changed()
         return decisions
 

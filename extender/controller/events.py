@@ -1,4 +1,4 @@
-"""Kubernetes Events on the Jobs: best effort, never in the way of a decision. Events have a
+"""Kubernetes Events on the Jobs and their Workloads: best effort, never in the way of a decision. Events have a
 budget of their own (like client-go's event spam filter): in a burst the surplus is dropped and
 counted, so events never take the API's capacity from admissions."""
 
@@ -27,17 +27,27 @@ class EventRecorder:
         self.spawn = spawn
         self.identity = identity
         self.dropped = dropped
-        self._budget = _Budget(qps, burst)
+        self._budget = TokenBucket(qps, burst)
 
     def event(self, st: JobState, reason: str, message: str, type_: str = "Normal") -> None:
-        if not self._budget.take():
+        """On the Job."""
+        self._record(st, {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
+                          "apiVersion": "batch/v1"}, reason, message, type_)
+
+    def on_workload(self, st: JobState, uid: str, reason: str, message: str, type_: str = "Normal") -> None:
+        """On the Job's Workload, where Kueue records QuotaReserved, Admitted, Pending, Preempted and
+        EvictedDueTo*: out of the same budget as the Job's."""
+        self._record(st, {"kind": "Workload", "namespace": st.namespace, "name": st.wl_name, "uid": uid,
+                          "apiVersion": f"{K.KUEUE_GROUP}/{K.KUEUE_VERSION}"}, reason, message, type_)
+
+    def _record(self, st: JobState, involved: dict, reason: str, message: str, type_: str) -> None:
+        if not self._budget.try_take():
             self.dropped.inc()
             return
         now = W.now_rfc3339()
         body = {
-            "metadata": {"generateName": f"{st.name}.", "namespace": st.namespace},
-            "involvedObject": {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
-                               "apiVersion": "batch/v1"},
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": st.namespace},
+            "involvedObject": involved,
             "reason": reason, "message": message, "type": type_, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
             "source": {"component": "gpuqueue-controller"}, "reportingComponent": "gpuqueue-controller",
@@ -52,14 +62,3 @@ class EventRecorder:
                 log.debug("event %s on %s not recorded: %s", reason, st.key, exc)
 
         self.spawn(send())
-
-
-class _Budget(TokenBucket):
-    """The write limiter's bucket, but never waiting: take() says whether there is a token now."""
-
-    def take(self) -> bool:
-        self._refill()
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True

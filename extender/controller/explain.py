@@ -1,7 +1,8 @@
 """`gpuqueue explain NAMESPACE/JOB`: why a Job is pending, from what the API holds: its
-ClusterQueue, its place among that queue's pending Workloads, Kueue's message, which admitted
-Workloads would have to finish for it to fit, and why the extender holds back each of its pods
-still waiting for a node (the reason kube-scheduler shows on the pod)."""
+ClusterQueue, its place in the queue (as the visibility API, visibility.py, gives it: the same
+numbers as `kubectl get --raw .../pendingworkloads`), Kueue's message, which admitted Workloads
+would have to finish for it to fit, and why the extender holds back each of its pods still waiting
+for a node (the reason kube-scheduler shows on the pod)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,10 @@ from gpuqueue.extender.controller.view import CacheView
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import Admitted, NotAdmitted
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
+from gpuqueue.access import VISIBILITY
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")
-
-
-def _queue_time(wl: dict) -> str:
-    c = W.condition(wl, "Requeued")
-    if c and c.get("status") == "True":
-        return c.get("lastTransitionTime", "")
-    return wl["metadata"].get("creationTimestamp", "")
 
 
 def pending_pods(job: dict, workloads: list[dict], cluster_queues: dict[str, dict], pods: list[dict],
@@ -60,16 +55,17 @@ def pending_pods(job: dict, workloads: list[dict], cluster_queues: dict[str, dic
 
 
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
-            cluster_queues: dict[str, dict], pods: list[dict] | None = None,
+            cluster_queues: dict[str, dict], position: dict | str | None = None, pods: list[dict] | None = None,
             enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
-    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown)."""
-    text, code = _explain(job, wl, workloads, local_queues, cluster_queues)
+    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown). `position`: the
+    Workload's PendingWorkload item from the visibility API, or why there is none."""
+    text, code = _explain(job, wl, workloads, local_queues, cluster_queues, position)
     lines = pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
     return "\n".join([text, *lines]), code
 
 
 def _explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
-             cluster_queues: dict[str, dict]) -> tuple[str, int]:
+             cluster_queues: dict[str, dict], position: dict | str | None) -> tuple[str, int]:
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if wl is None:
         return f"{ns}/{name}: no Workload: the Job is not managed by gpuqueue (no queue name), or not seen yet", 2
@@ -86,16 +82,11 @@ def _explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: di
         lines.append(f"  State:        admitted ({W.condition(wl, 'QuotaReserved').get('message')})")
         return "\n".join(lines), 0
     message = (W.condition(wl, "QuotaReserved") or {}).get("message") or "not evaluated yet"
-    in_cq = []
-    for other in workloads:
-        olq = local_queues.get(f"{other['metadata']['namespace']}/{other['spec'].get('queueName', '')}")
-        if (olq or {}).get("spec", {}).get("clusterQueue") == cq and not W.is_true(other, "QuotaReserved") \
-                and not W.is_true(other, "Finished"):
-            in_cq.append(other)
-    in_cq.sort(key=lambda o: (-(o["spec"].get("priority") or 0), _queue_time(o), o["metadata"]["name"]))
-    position = next((i for i, o in enumerate(in_cq) if o["metadata"]["uid"] == wl["metadata"]["uid"]), None)
-    if position is not None:
-        lines.append(f"  Position:     {position + 1} of {len(in_cq)} pending in {cq}")
+    if isinstance(position, dict):
+        lines.append(f"  Position:     {position['positionInClusterQueue'] + 1} in ClusterQueue {cq}, "
+                     f"{position['positionInLocalQueue'] + 1} in LocalQueue {lq_name}")
+    elif position:
+        lines.append(f"  Position:     unknown ({position})")
     lines.append(f"  Message:      {message}")
     needs = _NEEDED.findall(message)
     if needs and cq in cluster_queues:
@@ -145,9 +136,30 @@ async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementC
         if not is_status(exc, 404):
             raise
         wl = None
+    pending = wl is not None and not W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished")
+    position = await _position(kube, wl) if pending else None
     workloads = (await kube.request("GET", K.WORKLOADS.path()))["items"]
     lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
            for o in (await kube.request("GET", K.LOCAL_QUEUES.path()))["items"]}
     cqs = {o["metadata"]["name"]: o for o in (await kube.request("GET", K.CLUSTER_QUEUES.path()))["items"]}
     pods = (await kube.request("GET", K.PODS.path(ns)))["items"]
-    return explain(job, wl, workloads, lqs, cqs, pods, enforcement)
+    return explain(job, wl, workloads, lqs, cqs, position, pods, enforcement)
+
+
+async def _position(kube: KubeApi, wl: dict, page: int = 1000) -> dict | str | None:
+    """Its item in its LocalQueue's pending workloads, paged through (None: not pending there)."""
+    ns, lq = wl["metadata"]["namespace"], wl["spec"].get("queueName", "")
+    path = f"/apis/{VISIBILITY}/v1beta1/namespaces/{ns}/localqueues/{lq}/pendingworkloads"
+    offset = 0
+    while True:
+        try:
+            items = (await kube.request("GET", path, query=[("offset", str(offset)), ("limit", str(page))]))["items"]
+        except Exception as exc:  # noqa: BLE001
+            code = getattr(exc, "status", None)
+            return f"the visibility API answered {code}: is manifests/visibility applied?" if code else str(exc)
+        for item in items:
+            if item["metadata"]["name"] == wl["metadata"]["name"]:
+                return item
+        if len(items) < page:
+            return None
+        offset += page

@@ -1,13 +1,17 @@
-"""The ops endpoints of `gpuqueue extender`: /healthz, /readyz, /metrics (plain HTTP on
---metrics-port). The scheduler extender verbs over the controller's caches (HTTPS on --port) are
-extender/scheduler/app.py's."""
+"""The ops endpoints of `gpuqueue extender`: /healthz, /readyz and /metrics on --metrics-port.
+/metrics answers only callers the API server says may `get` it (delegated_auth.py, as Kueue's
+metrics endpoint does) unless --metrics-insecure; the probes are open. The scheduler extender
+verbs over the controller's caches (HTTPS on --port) are extender/scheduler/app.py's."""
 
 from __future__ import annotations
+
+import ssl
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuqueue.extender.controller.controller import Controller
+from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded, metrics_attributes
 
 CTL_KEY = web.AppKey("controller", Controller)
 
@@ -37,17 +41,19 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def build_ops_app(ctl: Controller) -> web.Application:
+def build_ops_app(ctl: Controller, metrics_auth: DelegatedAuth | None) -> web.Application:
     app = web.Application()
     app[CTL_KEY] = ctl
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/metrics", guarded(metrics_auth, metrics_attributes, _metrics))
     return app
 
 
-async def start_ops(ctl: Controller, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(build_ops_app(ctl), access_log=None)
+async def start_ops(ctl: Controller, host: str, port: int, *, metrics_auth: DelegatedAuth | None,
+                    ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    """`metrics_auth` None: /metrics is open to anyone who reaches the port (a trusted network only)."""
+    runner = web.AppRunner(build_ops_app(ctl, metrics_auth), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
     return runner

@@ -13,7 +13,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.kubeapi import CALL_CLASS, INFORM, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.records import read_modify_write
-from gpuqueue.extender.controller.status import cluster_queue_status, local_queue_status, queue_counts, same_status
+from gpuqueue.extender.controller.status import (cluster_queue_status, local_queue_active, local_queue_status,
+                                                 queue_counts, same_status)
 from gpuqueue.kube import Informer
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import Admission
@@ -44,6 +45,8 @@ class QueueStatus:
         while True:
             await asyncio.sleep(self.interval)
             engine = self.engine()
+            if engine is None:
+                self.metrics.forget_queues()
             if engine is None or not self.dirty:
                 continue
             self.dirty = False
@@ -57,7 +60,10 @@ class QueueStatus:
 
     async def write(self, engine: QuotaEngine) -> None:
         counts = queue_counts(engine, self.evicting)
-        self.metrics.update(engine, counts)
+        self.metrics.update(engine, counts, [
+            (lq["metadata"].get("namespace", ""), lq["metadata"]["name"],
+             local_queue_active(engine, (lq.get("spec") or {}).get("clusterQueue", ""))[0])
+            for lq in self.local_queues.list()])
         writes = []
         for cq in self.cluster_queues.list():
             name = cq["metadata"]["name"]

@@ -14,6 +14,7 @@ from gpuqueue.extender.controller.workload import format_engine_int
 @dataclass
 class Counts:
     pending: int = 0
+    inadmissible: int = 0  # of the pending: Kueue's "inadmissible" (QuotaEngine.inadmissible_keys)
     reserving: int = 0
     usage: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -29,6 +30,7 @@ def queue_counts(engine: QuotaEngine, evicting: Mapping[str, Admission] | None =
     `evicting`: victims whose pods are not gone yet; the engine has requeued them, but their
     reservation still stands in the API, so they count as reserving (as in Kueue)."""
     evicting = evicting or {}
+    inadmissible = engine.inadmissible_keys()
     cqs: dict[str, Counts] = {}
     lqs: dict[str, Counts] = {}
     for p in engine.pending.values():
@@ -41,11 +43,16 @@ def queue_counts(engine: QuotaEngine, evicting: Mapping[str, Admission] | None =
                     target.usage[fr] = target.usage.get(fr, 0) + v
             continue
         lq_key = f"{p.spec.namespace}/{p.spec.queue_name}"
-        lqs.setdefault(lq_key, Counts()).pending += 1
+        held = p.spec.key in inadmissible
+        lq_counts = lqs.setdefault(lq_key, Counts())
+        lq_counts.pending += 1
+        lq_counts.inadmissible += held
         lq = engine.state.local_queues.get(lq_key)
         cq = p.cluster_queue or (lq.cluster_queue if lq else None)
         if cq:
-            cqs.setdefault(cq, Counts()).pending += 1
+            cq_counts = cqs.setdefault(cq, Counts())
+            cq_counts.pending += 1
+            cq_counts.inadmissible += held
     for w in engine.state.admitted.values():
         for target in (cqs.setdefault(w.admission.cluster_queue, Counts()),
                        lqs.setdefault(f"{w.spec.namespace}/{w.spec.queue_name}", Counts())):
@@ -124,16 +131,20 @@ def cluster_queue_status(engine: QuotaEngine, cq: str, counts: Counts | None, ol
     return status
 
 
+def local_queue_active(engine: QuotaEngine, cq: str) -> tuple[str, str, str]:
+    """A LocalQueue's Active condition (status, reason, message), from its ClusterQueue."""
+    if cq not in engine.state.cq_specs:
+        return "False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue"
+    if engine.inactive_reason(cq) is not None:
+        return "False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue"
+    return "True", "Ready", "Can submit new workloads to localQueue"
+
+
 def local_queue_status(engine: QuotaEngine, lq: dict, counts: Counts | None, old: dict) -> dict:
     counts = counts or Counts()
     cq = (lq.get("spec") or {}).get("clusterQueue", "")
     usage = _flavor_list(_cq_flavor_resources(engine, cq), counts.usage, None)
-    if cq not in engine.state.cq_specs:
-        active = ("False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue")
-    elif engine.inactive_reason(cq) is not None:
-        active = ("False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue")
-    else:
-        active = ("True", "Ready", "Can submit new workloads to localQueue")
+    active = local_queue_active(engine, cq)
     return {
         "pendingWorkloads": counts.pending,
         "reservingWorkloads": counts.reserving,

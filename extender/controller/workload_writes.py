@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
-from prometheus_client import Counter
-
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
@@ -20,6 +18,7 @@ from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
+from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.quota import convert
@@ -30,7 +29,7 @@ from gpuqueue.extender.quota.model import Admission
 
 class WorkloadWrites:
     def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
-                 writes: Writes, events: EventRecorder, preemptions: Counter, priorities: convert.PriorityResolver,
+                 writes: Writes, events: EventRecorder, metrics: Metrics, priorities: convert.PriorityResolver,
                  priority_of: Callable[[dict], int], status_changed: Callable[[], None]) -> None:
         """`status_changed`: the queues' status may show something else now (QueueStatus.changed)."""
         self.sched = sched
@@ -39,7 +38,7 @@ class WorkloadWrites:
         self.jobs = jobs
         self.writes = writes
         self.events = events
-        self.preemptions = preemptions
+        self.metrics = metrics
         self.priorities = priorities
         self.priority_of = priority_of
         self.status_changed = status_changed
@@ -61,7 +60,6 @@ class WorkloadWrites:
         if isinstance(dec, d.Admitted):
             self.admit(st, dec.admission)
         elif isinstance(dec, d.Preempted):
-            self.preemptions.labels(dec.preemptor_cluster_queue, dec.reason).inc()
             preemptor = self.sched.jobs.get(dec.preemptor)
             engine = self.sched.engine
             paths = (cohorts.path(engine, dec.preemptor_cluster_queue), cohorts.path(engine, dec.cluster_queue))
@@ -74,7 +72,7 @@ class WorkloadWrites:
                 return W.preemption_message(self.workloads.uid(preemptor), preemptor.uid if preemptor else "",
                                             dec.reason, *paths)
 
-            self.evict(st, "Preempted", message, dec.reason, dec.cluster_queue)
+            self.evict(st, "Preempted", message, dec.reason, dec.cluster_queue, dec.preemptor_cluster_queue)
         elif isinstance(dec, d.Evicted):
             async def fixed(text=dec.message) -> str:
                 return text
@@ -147,6 +145,7 @@ class WorkloadWrites:
                 raise
             if result is not None and first and st.phase == "pending":
                 self.events.event(st, "Pending", message)
+                self.events.on_workload(st, self.workloads.uid(st), "Pending", message, "Warning")
 
         self.writes.chain(st.key, write, call_class=INFORM)
 
@@ -160,6 +159,9 @@ class WorkloadWrites:
         flavors = self.jobs.flavors(admission)
         wl = self.workloads.get(st)
         resumed = W.is_true(wl, "Requeued") or W.condition(wl, "Evicted") is not None
+        held = self.sched.engine.state.admitted.get(st.key) if self.sched.engine is not None else None
+        # Kueue's wait: from creation, or the last requeue, to the decision
+        counted = (held.spec.queue_name, held.admitted_at[0] - held.queue_ts[0]) if held is not None else None
 
         async def write():
             if barrier is not None and not await self.writes.wait(barrier):
@@ -170,14 +172,24 @@ class WorkloadWrites:
             wrote = await self.workloads.update(st, lambda wl: W.reserved(wl, admission))
             if wrote is None and self.workloads.get(st) is None:
                 return
+            if wrote is not None and counted is not None:
+                self.metrics.admitted_workload(admission.cluster_queue, st.namespace, *counted)
+                uid, cq = self.workloads.uid(st), admission.cluster_queue
+                self.events.on_workload(st, uid, "QuotaReserved", f"Quota reserved in ClusterQueue {cq}, wait time "
+                                        f"since queued was {counted[1]:.0f}s")
+                self.events.on_workload(st, uid, "Admitted", f"Admitted by ClusterQueue {cq}, wait time since "
+                                        "reservation was 0s")
             await self.jobs.unsuspend(st, admission, flavors, resumed)
 
         self.writes.chain(st.key, write, call_class=URGENT)
 
     # -- evicted and requeued --------------------------------------------------------------------------------------
     def evict(self, st: JobState, reason: str, make_message: Callable[[], Awaitable[str]],
-              preempted_reason: str | None, cluster_queue: str | None = None) -> None:
+              preempted_reason: str | None, cluster_queue: str | None = None,
+              preempting_cluster_queue: str | None = None) -> None:
         st.phase = "evicting"
+        requeued = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
+        local_queue = requeued.spec.queue_name if requeued is not None else ""
         self._note_evicting(st)
         rid = self.writes.release(cluster_queue)
         message = ""
@@ -210,6 +222,13 @@ class WorkloadWrites:
             marked = await self.workloads.update(st, mark)
             if marked is not None:
                 self.events.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
+                uid = self.workloads.uid(st)
+                self.events.on_workload(st, uid, f"EvictedDueTo{reason}", message)
+                if preempted_reason is not None:
+                    self.events.on_workload(st, uid, "Preempted", message)
+                if cluster_queue is not None:
+                    self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, reason,
+                                                  preempting_cluster_queue, preempted_reason)
             await self._complete_eviction(st, reason, message, rid)
 
         self.writes.chain(st.key, write, release=rid)

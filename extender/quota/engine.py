@@ -186,6 +186,31 @@ class QuotaEngine:
         p = self.pending.get(key)
         return p.message if p else None
 
+    def pending_in_order(self, cq: str) -> list[PendingWorkload]:
+        """The pending workloads of a ClusterQueue in its queue order (Kueue's heap and its
+        inadmissible workloads together, by priority then queue time), as the visibility API lists them."""
+        q = self._queues.get(cq)
+        if q is not None:
+            members = [p for g in q.groups.values() for p in g.members]
+        else:  # inactive: they wait, unqueued
+            members = [p for p in self.pending.values() if p.cluster_queue == cq]
+        members.sort(key=PendingWorkload.order_key)
+        return members
+
+    def inadmissible_keys(self) -> set[str]:
+        """The pending workloads Kueue counts as inadmissible: their group failed an admission
+        attempt and is parked (_still_parked), or their ClusterQueue admits nothing. The others
+        are active: the next pass looks at them."""
+        out: set[str] = set()
+        for q in self._queues.values():
+            for g in q.groups.values():
+                if self._still_parked(g):
+                    out.update(p.spec.key for p in g.members)
+        for key, p in self.pending.items():
+            if p.cluster_queue is not None and p.cluster_queue not in self._queues:
+                out.add(key)
+        return out
+
     def usage(self, cq: str) -> dict[tuple[str, str], int]:
         node = None if self._tree_dirty else self.state.cq_nodes.get(cq)
         return dict(node.usage) if node is not None else self.state.cq_usage(cq)
@@ -202,14 +227,20 @@ class QuotaEngine:
             self._freed[rid] = self._freed.get(rid, 0) + 1
             self._ready.update(self._root_cqs.get(rid, ()))
 
+    def _still_parked(self, g: PendingGroup) -> bool:
+        """Parked, and nothing freed quota in its cohort tree since, nor has its wait ended."""
+        if g.parked is None:
+            return False
+        rid, freed, until = g.parked
+        return self._freed.get(rid, 0) == freed and (until is None or self._now < until)
+
     def _is_ready(self, g: PendingGroup) -> bool:
         if g.parked is None:
             return True
-        rid, freed, until = g.parked
-        if self._freed.get(rid, 0) != freed or (until is not None and self._now >= until):
-            g.parked = None
-            return True
-        return False
+        if self._still_parked(g):
+            return False
+        g.parked = None
+        return True
 
     def _park(self, g: PendingGroup, until: float | None) -> None:
         rid = self._root_id(g.cq)

@@ -31,6 +31,14 @@ class TokenBucket:
         self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
         self.updated = now
 
+    def try_take(self) -> bool:
+        """A token now, or False (never waits): for what is dropped or refused over budget."""
+        self._refill()
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
     async def acquire(self) -> None:
         if not self._lock.locked():  # nobody waiting: no lock to take (one per write adds up)
             self._refill()

@@ -28,6 +28,7 @@ CLUSTER_SCOPED = {
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
     "PriorityClass",
+    "APIService",
 }
 
 # Apply order for `kubectl apply -f install.yaml`: what others refer to comes first, the webhook
@@ -45,6 +46,7 @@ ORDER = [
     "Deployment",
     "PodDisruptionBudget",
     "CronJob",
+    "APIService",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
 ]

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from . import resources as R
 from . import status as S
+from .auth import Authn, subject_access_review
 from .faults import EXEMPT_HEADER, Faults
 from .registry import Cluster, Write
 from .resources import ResourceType
@@ -99,6 +100,8 @@ class ApiServer:
         self.port = 0
         for ns in namespaces:
             self.cluster.create(R.NAMESPACES, None, {"metadata": {"name": ns}})
+        self.authn = Authn()  # the tokens TokenReview knows, and who a proxied request's caller is
+        self.aggregator = None
         self.job_controller = None
         if job_controller:
             from .jobcontroller import JobController
@@ -143,6 +146,14 @@ class ApiServer:
         return config
 
     # --- test hooks ----------------------------------------------------------------------------------
+
+    def enable_aggregation(self):
+        """Proxy requests for APIServices that name a Service (kube-aggregator); returns the
+        Aggregator, whose `endpoints` map a Service port to where it listens."""
+        if self.aggregator is None:
+            from .aggregator import Aggregator
+            self.aggregator = Aggregator(self.cluster, self.authn)
+        return self.aggregator
 
     def observe(self, fn: Callable[[Write], None]) -> None:
         """Call fn(write) after every committed write (clients', the GC's, the job controller's)."""
@@ -200,7 +211,15 @@ class ApiServer:
                         return web.Response(status=499)  # the client is gone: never handled
                 if fault.status is not None:
                     return _error_response(self._fault_error(fault.status, request.path))
+            if self.aggregator is not None:
+                apiservice = self.aggregator.apiservice_for(request.path)
+                if apiservice is not None:
+                    return await self.aggregator.proxy(request, apiservice)
             route = _route(request.path)
+            if route.rt.create_only:
+                if request.method != "POST" or route.name is not None:
+                    raise S.method_not_allowed()
+                return self._reply(route.rt, 201, self._review(route.rt, await self._body(request)))
             if request.method == "GET":
                 if route.name is None and is_watch:
                     return await self._watch(request, route, fault)
@@ -231,6 +250,13 @@ class ApiServer:
             log.exception("API server stand-in failed on %s %s", request.method, request.path_qs)
             self.internal_errors.append(exc)
             return _error_response(S.internal_error(f"{type(exc).__name__}: {exc}"))
+
+    def _review(self, rt: ResourceType, body) -> dict:
+        if not isinstance(body, dict):
+            raise S.bad_request(f"the body of the request could not be decoded as a {rt.kind}")
+        if rt is R.TOKEN_REVIEWS:
+            return self.authn.token_review(body)
+        return subject_access_review(self.cluster.store, body)
 
     def _fault_error(self, code: int, path: str) -> S.ApiError:
         try:

@@ -21,6 +21,7 @@ class ResourceType:
     custom: bool = False  # a CustomResourceDefinition-served kind (unstructured JSON)
     has_generation: bool = False  # metadata.generation maintained by the registry strategy
     storage: str = ""  # several API versions of one kind share storage (events); defaults to plural.group
+    create_only: bool = False  # a review: POST answers it, nothing is stored (tokenreviews, subjectaccessreviews)
     bookmark_skeleton: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -109,6 +110,15 @@ STATEFUL_SETS = _builtin("apps", "v1", "statefulsets", "StatefulSet", True, stat
                          has_generation=True, bookmark_skeleton={"spec": {"template": {
                              "metadata": {"creationTimestamp": None}, "spec": {"containers": None}},
                              "serviceName": "", "updateStrategy": {}}, "status": {"replicas": 0}})
+CONFIG_MAPS = _builtin("", "v1", "configmaps", "ConfigMap", True)
+CLUSTER_ROLES = _builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
+CLUSTER_ROLE_BINDINGS = _builtin("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+ROLES = _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", True)
+ROLE_BINDINGS = _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True)
+API_SERVICES = _builtin("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, status_subresource=True)
+TOKEN_REVIEWS = _builtin("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, create_only=True)
+SUBJECT_ACCESS_REVIEWS = _builtin("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False,
+                                  create_only=True)
 
 # Kueue's CRDs declare no status subresource for ResourceFlavor and WorkloadPriorityClass (they have
 # no status), so neither does the stand-in: /status on them is a 404 as on a real cluster.
@@ -123,6 +133,8 @@ ALL: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
     SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, REPLICA_SETS, STATEFUL_SETS,
     RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
+    CONFIG_MAPS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS, API_SERVICES,
+    TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS,
 )
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {(r.group, r.version, r.plural): r for r in ALL}

@@ -1,0 +1,142 @@
+"""Kueue's visibility API served by the controller, asked as `kubectl get --raw` asks it: through the
+API server (the stand-in proxying as kube-aggregator does, to the shipped APIService's Service,
+over HTTPS with its front-proxy client certificate), answered with Kueue's PendingWorkloadsSummary
+from the engine's queue order, positions matching `gpuqueue explain`, and only for callers RBAC
+allows."""
+
+from __future__ import annotations
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
+from gpuqueue.extender.controller.explain import explain_job
+from gpuqueue.extender.controller.kinds import Kind
+from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.extender.controller.visibility import Visibility, start_visibility, with_front_proxy_ca
+from gpuqueue.tls import ReloadingTLS
+from tests.controller_support import Harness, eventually, job_key
+from tests.metrics_support import apply_manifest_objects, flame_reclaimed, serving_certs
+
+API_SERVICES = Kind("apiservices", "apiregistration.k8s.io", "v1", "apiservices", False, "APIService")
+ROLE_BINDINGS = Kind("rolebindings", "rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
+CLUSTER_ROLES = Kind("clusterroles", "rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
+VIS = "/apis/visibility.kueue.x-k8s.io/v1beta1"
+ITEM_FIELDS = {"metadata", "priority", "localQueueName", "positionInClusterQueue", "positionInLocalQueue"}
+
+
+def _job(ns: str, name: str, labels: dict | None = None) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": ns, "name": name, "labels": labels or {}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "w", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+
+
+async def _get(h: Harness, path: str, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(h.api.url + path, headers=headers) as r:
+            return r.status, await r.json(content_type=None)
+
+
+async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp_path):
+    certs, _ = serving_certs(tmp_path, "gpuqueue-visibility")
+    async with Harness(pod_deletion_delay=0.05) as h:
+        aggregator = h.api.enable_aggregation()
+        ctl, _, c_keys = await flame_reclaimed(h)
+        # a second LocalQueue into group-c, a high-priority job there, one more in team-c
+        await h.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "WorkloadPriorityClass", "metadata": {"name": "high"},
+                       "value": 100} | {"apiVersion": "kueue.x-k8s.io/v1beta2"})
+        await h.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                       "metadata": {"namespace": "team-e", "name": "default"}, "spec": {"clusterQueue": "group-c"}})
+        await h.submit(_job("team-c", "c-5"))
+        await h.submit(_job("team-e", "e-1", {"kueue.x-k8s.io/priority-class": "high"}))
+        victims = [k for k in c_keys if not h.running(*k)]
+        pending = victims + [("team-c", "c-5"), ("team-e", "e-1")]
+        await eventually(lambda: all((h.workload_of(*k) or {}).get("status", {}).get("conditions") for k in pending),
+                         what="the new jobs evaluated")
+        for obj in apply_manifest_objects({"v1beta1.visibility.kueue.x-k8s.io"}):
+            await h.kube.create(API_SERVICES, None, obj)
+        reviews = client.ApiClient(h.api.client_configuration())
+        auth = DelegatedAuth(KubeApi(reviews))
+        assert (await auth.load_requestheader()).allowed_names == ("front-proxy-client",)
+        server = await start_visibility(ctl, auth, "127.0.0.1", 0, with_front_proxy_ca(ReloadingTLS(certs).context, auth))
+        port = server.addresses[0][1]
+        aggregator.endpoints[("gpuqueue-system", "gpuqueue-visibility", 443)] = ("127.0.0.1", port)
+        try:
+            # kubectl get --raw .../clusterqueues/group-c/pendingworkloads (the harness is cluster-admin)
+            status, summary = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads")
+            assert status == 200, summary
+            assert summary["kind"] == "PendingWorkloadsSummary"
+            assert summary["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
+            items = summary["items"]
+            assert all(set(i) == ITEM_FIELDS for i in items)
+            wl_names = {h.workload_of(*k)["metadata"]["name"]: k for k in pending}
+            order = [wl_names[i["metadata"]["name"]] for i in items]
+            # priority first, then queue time (c-5's creation, to the second, and the victims' requeue)
+            assert order[0] == ("team-e", "e-1") and items[0]["priority"] == 100
+            assert set(order[1:]) == set(victims) | {("team-c", "c-5")}
+            assert [i["positionInClusterQueue"] for i in items] == [0, 1, 2, 3]
+            assert [i["positionInLocalQueue"] for i in items] == [0, 0, 1, 2]
+            assert [i["localQueueName"] for i in items] == ["default"] * 4
+            for i in items:
+                meta = i["metadata"]
+                assert meta["namespace"] == wl_names[meta["name"]][0] and meta["creationTimestamp"]
+                assert meta["ownerReferences"][0]["kind"] == "Job"
+            # the engine's own order, not a copy of it
+            assert [h.workload_of(*k)["metadata"]["name"] for k in
+                    [tuple(p.spec.key.split("/")) for p in ctl.engine.pending_in_order("group-c")]] == \
+                [i["metadata"]["name"] for i in items]
+
+            # the LocalQueue form, limit and offset
+            status, lq = await _get(h, f"{VIS}/namespaces/team-c/localqueues/default/pendingworkloads")
+            assert status == 200 and [(i["positionInClusterQueue"], i["positionInLocalQueue"]) for i in lq["items"]] == [
+                (1, 0), (2, 1), (3, 2)]
+            assert [i["metadata"]["name"] for i in lq["items"]] == [i["metadata"]["name"] for i in items[1:]]
+            status, page = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?limit=2&offset=1")
+            assert [i["positionInClusterQueue"] for i in page["items"]] == [1, 2]
+            assert (await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?offset=9"))[1]["items"] == []
+            status, bad = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?limit=-1")
+            assert status == 400 and bad["kind"] == "Status" and "limit" in bad["message"]
+            status, missing = await _get(h, f"{VIS}/clusterqueues/nope/pendingworkloads")
+            assert status == 404 and missing["reason"] == "NotFound"
+            assert (await _get(h, f"{VIS}/clusterqueues/group-a/pendingworkloads"))[1]["items"] == []
+
+            # gpuqueue explain says the same positions
+            for i in items:
+                ns, name = wl_names[i["metadata"]["name"]]
+                text, code = await explain_job(h.client, f"{ns}/{name}")
+                assert code == 1
+                assert (f"Position:     {i['positionInClusterQueue'] + 1} in ClusterQueue group-c, "
+                        f"{i['positionInLocalQueue'] + 1} in LocalQueue default") in text, text
+
+            # RBAC: a team-c user bound to the shipped LocalQueue viewer role sees its LocalQueue only
+            for obj in apply_manifest_objects({"gpuqueue-pending-workloads-lq-viewer"}):
+                await h.kube.create(CLUSTER_ROLES, None, obj)
+            await h.kube.create(ROLE_BINDINGS, "team-c", {
+                "metadata": {"name": "pending-viewers", "namespace": "team-c"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "gpuqueue-pending-workloads-lq-viewer"},
+                "subjects": [{"kind": "User", "name": "alice"}]})
+            h.api.authn.add_token("alice-token", "alice", ["team-c"])
+            h.api.authn.add_token("bob-token", "bob")
+            assert (await _get(h, f"{VIS}/namespaces/team-c/localqueues/default/pendingworkloads", "alice-token"))[0] == 200
+            status, denied = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads", "alice-token")
+            assert status == 403 and denied["reason"] == "Forbidden" and 'user "alice"' in denied["message"]
+            assert (await _get(h, f"{VIS}/namespaces/team-e/localqueues/default/pendingworkloads", "alice-token"))[0] == 403
+            assert (await _get(h, f"{VIS}/namespaces/team-c/localqueues/default/pendingworkloads", "bob-token"))[0] == 403
+            assert (await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads", "nobody's"))[0] == 401
+            # straight to the port, forging the aggregator's headers without its certificate: refused
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"https://127.0.0.1:{port}{VIS}/clusterqueues/group-c/pendingworkloads",
+                                    ssl=False, headers={"X-Remote-User": "system:admin",
+                                                        "X-Remote-Group": "system:masters"}) as r:
+                    assert r.status == 401
+
+            # a follower answers from its caches, in the order a new leader would rebuild
+            await ctl.lose_leadership()
+            follower = Visibility(ctl).ordered("group-c")
+            assert {q.name for q in follower} == {i["metadata"]["name"] for i in items}
+            assert follower[0].name == items[0]["metadata"]["name"]
+        finally:
+            await server.cleanup()
+            await reviews.close()
