@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuqueue.api import core, kueue
 from gpuqueue.api.quantity import QuantityError
+from gpuqueue.extender.simulate import fields
 
 SCENARIO_API = "gpuqueue.io/v1alpha1"
 RUNTIME_ANNOTATION = "gpuqueue.io/runtime-seconds"
@@ -109,12 +110,17 @@ def parse_object(doc: Any, where: str, prefix: str = "") -> BaseModel:
     kind = doc.get("kind")
     api = doc.get("apiVersion")
     pre = f"{prefix}." if prefix else ""
+    if kind is None:
+        raise ScenarioError(f"{where}: {pre}kind: required field is missing")
     if kind not in KINDS:
         known = ", ".join(sorted(KINDS))
         raise ScenarioError(f"{where}: {pre}kind: unknown kind {kind!r} (known: {known}, Scenario)")
     versions, model = KINDS[kind]
     if api not in versions:
         raise ScenarioError(f"{where}: {pre}apiVersion: {kind} must be one of {', '.join(versions)}, got {api!r}")
+    unknown = fields.unknown_field(doc, fields.document_shape(kind, model, api, versions[0]), prefix)
+    if unknown:
+        raise ScenarioError(f"{where}: {unknown}")
     try:
         obj = model.model_validate(doc)
     except ValidationError as exc:
@@ -182,9 +188,6 @@ def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
             raise ScenarioError(f"{where}: {ew}.at: required field is missing")
         at = _number(ev["at"], f"{where}: {ew}", "at", 0)
         actions = [a for a in _EVENT_ACTIONS if a in ev]
-        unknown = sorted(set(ev) - set(_EVENT_ACTIONS) - {"at", "every", "count"})
-        if unknown:
-            raise ScenarioError(f"{where}: {ew}.{unknown[0]}: unknown field (an event has at, every, count and one of {', '.join(_EVENT_ACTIONS)})")
         if len(actions) != 1:
             raise ScenarioError(f"{where}: {ew}: needs exactly one of {', '.join(_EVENT_ACTIONS)}")
         action = actions[0]
@@ -261,6 +264,9 @@ def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
             if seen_scenario:
                 raise ScenarioError(f"{where}: at most one Scenario document")
             seen_scenario = True
+            unknown = fields.unknown_field(doc, fields.SCENARIO)
+            if unknown:
+                raise ScenarioError(f"{where}: {unknown}")
             evs = _parse_events(doc, where, order)
             order += len(evs)
             sc.events.extend(evs)
