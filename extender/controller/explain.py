@@ -25,7 +25,8 @@ def _queue_time(wl: dict) -> str:
 
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
             cluster_queues: dict[str, dict]) -> tuple[str, int]:
-    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown)."""
+    """The report and an exit code: 0 admitted or finished, 1 pending, 2 no Workload (not managed, or
+    not seen yet); `gpuqueue explain` adds 2 for no such Job and 3 when the cluster cannot be asked."""
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
     if wl is None:
         return f"{ns}/{name}: no Workload: the Job is not managed by gpuqueue (no queue name), or not seen yet", 2
