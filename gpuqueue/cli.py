@@ -19,7 +19,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text.lower():
+        if action.default in (None, False, [], "", argparse.SUPPRESS) or "default" in text.lower():
             return text
         return super()._get_help_string(action)
 
@@ -56,11 +56,22 @@ def build_parser(prog: str = "gpuqueue") -> argparse.ArgumentParser:
     from gpuqueue.extender.command import add_parser as add_extender
 
     add_extender(sub)
+    from gpuqueue.kueuectl.command import add_parsers as add_kueuectl
+
+    add_kueuectl(sub)
     return parser
 
 
-def error_line(exc: BaseException) -> str | None:
-    """One line for an error a person can act on; None for anything else (a bug keeps its traceback)."""
+def error_line(exc: BaseException) -> tuple[str, int | None] | None:
+    """One line for an error a person can act on, and the exit code it calls for (None: the
+    command's own); None for anything else (a bug keeps its traceback)."""
+    from gpuqueue.kube.config import ClusterConfigError
+    from gpuqueue.kueuectl import UsageError
+
+    if isinstance(exc, UsageError):
+        return str(exc), 2
+    if isinstance(exc, ClusterConfigError):
+        return f"no cluster ({exc})", None
     if isinstance(exc, OSError):
         if type(exc).__module__.startswith("aiohttp"):  # says which host it could not reach
             text = str(exc)
@@ -68,10 +79,11 @@ def error_line(exc: BaseException) -> str | None:
             text = f"{exc.filename}: {exc.strerror}"
         else:
             text = exc.strerror or str(exc)
-        return " ".join(text.split())
+        return " ".join(text.split()), None
     from gpuqueue.kube.errors import api_error_line
 
-    return api_error_line(exc)
+    line = api_error_line(exc)
+    return (line, None) if line is not None else None
 
 
 def main(argv: list[str] | None = None, prog: str = "gpuqueue") -> int:
@@ -85,14 +97,15 @@ def main(argv: list[str] | None = None, prog: str = "gpuqueue") -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        line = error_line(exc)
-        if line is None:
+        found = error_line(exc)
+        if found is None:
             raise
+        line, code = found
         print(f"{prog} {args.command}: {line}", file=sys.stderr)
         # What a failed start left open (a client session) is reported by asyncio as the process
         # ends; the line above already says what went wrong.
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-        return ERROR_EXIT.get(args.command, 1)
+        return code if code is not None else ERROR_EXIT.get(args.command, 1)
 
 
 def kubectl_plugin() -> int:
