@@ -1,4 +1,4 @@
-"""`gpuqueue simulate`: argument parsing and the exit-code contract of SIMULATE.md."""
+"""`gpuqueue simulate`: argument parsing and the exit codes of docs/simulate.md."""
 
 from __future__ import annotations
 

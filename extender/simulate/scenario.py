@@ -1,4 +1,4 @@
-"""Reading a scenario file (SIMULATE.md): every document checked, every error named."""
+"""Reading a scenario file (docs/simulate.md): every document checked, every error named."""
 
 from __future__ import annotations
 
