@@ -26,11 +26,14 @@ from tests.webhook_support import api_calls, assert_calls_match_access_table
 
 ROOT = Path(__file__).resolve().parent.parent
 MERGE = "application/merge-patch+json"
-AGO_20M = (datetime.now(timezone.utc) - timedelta(minutes=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _cond(type_: str, status: str = "True", when: str = AGO_20M) -> dict:
-    return {"type": type_, "status": status, "reason": type_, "message": "", "lastTransitionTime": when}
+# Conditions changed 5 days ago: EXEC TIME reads "5d" for the next hour, whenever the test runs.
+FIVE_DAYS_AGO = (datetime.now(timezone.utc) - timedelta(days=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cond(type_: str, status: str = "True") -> dict:
+    return {"type": type_, "status": status, "reason": type_, "message": "", "lastTransitionTime": FIVE_DAYS_AGO}
 
 
 def _workload(ns: str, name: str, job: dict, queue: str, priority: int = 0, labels: dict | None = None) -> dict:
@@ -154,7 +157,7 @@ def test_list_workloads_in_the_contexts_namespace(gq):
     assert (code, err) == (0, "")
     assert table(out) == [
         ["NAME", "JOB TYPE", "JOB NAME", "LOCALQUEUE", "CLUSTERQUEUE", "STATUS", "POSITION IN QUEUE", "EXEC TIME"],
-        ["job-job-1-aaaaa", "job.batch", "job-1", "lq-a", "cq-a", "ADMITTED", "", "20m"],
+        ["job-job-1-aaaaa", "job.batch", "job-1", "lq-a", "cq-a", "ADMITTED", "", "5d"],
         # pending: the higher priority is first in its LocalQueue (position 0); no EXEC TIME
         ["job-job-2-bbbbb", "job.batch", "job-2", "lq-a", "cq-a", "PENDING", "1", ""],
         ["job-job-3-ccccc", "job.batch", "job-3", "lq-a", "cq-a", "PENDING", "0", ""],
