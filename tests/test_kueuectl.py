@@ -301,3 +301,10 @@ def test_kubectl_runs_it_as_a_plugin(kubeconfig, tmp_path):
                          capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 2
     assert res.stderr.splitlines()[0] == "kubectl gpuqueue list: --for: must be TYPE[.GROUP]/NAME (e.g. job/my-job), got 'x'"
+
+
+def test_what_the_api_server_refuses_is_one_line(gq, cluster):
+    async def forbid():
+        cluster.api.faults.add(r"/clusterqueues$", method="GET", status=403)
+    cluster.run(forbid())
+    assert gq("list", "clusterqueues") == (1, "", "gpuqueue list: the API server answered 403 Forbidden: injected fault 403\n")
