@@ -95,3 +95,14 @@ def test_plot_shows_each_queue_against_its_quota_over_the_until_span(tmp_path, c
     png = tmp_path / "flame.png"
     assert main(["simulate", "--plot", str(png), "--output", "json"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_of_a_scenario_without_cluster_queues(tmp_path, capsys):
+    # the Job waits for a LocalQueue that does not exist: nothing to stack, still a picture
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {namespace: ns, name: j, labels: "
+                        "{kueue.x-k8s.io/queue-name: lq}}\nspec: {template: {spec: {restartPolicy: Never, "
+                        "containers: [{name: c, image: x}]}}}\n")
+    svg = tmp_path / "s.svg"
+    assert main(["simulate", str(scenario), "--output", "json", "--plot", str(svg)]) == 0
+    assert "no job waits in a ClusterQueue" in svg.read_text()

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="scenario YAML, - for stdin (default: the bundled FLAME walkthrough)")
     p.add_argument("--output", choices=["text", "json"], default="text",
                    help="text: events and a picture of each flavor's GPUs per step; json: JSON Lines")
-    p.add_argument("--until", type=float, default=None,
+    p.add_argument("--until", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds of simulated time (default: when nothing more happens)")
     p.add_argument("--plot", default=None, metavar="FILE",
                    help="also draw each ClusterQueue's usage against its quota over time to FILE.png or FILE.svg "

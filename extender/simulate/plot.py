@@ -59,12 +59,10 @@ class PlotHistory:
     resource: str | None = None
 
     def record(self, sim: "Simulation", time: float) -> None:
-        res = sim.pictured_resource()
-        if res is None:
-            return
-        self.resource = res
+        res = sim.pictured_resource()  # None while no ClusterQueue covers anything
+        self.resource = res or self.resource
         usage, quota = {}, {}
-        for cq in sim.cq_order:
+        for cq in sim.cq_order if res else ():
             used = sim.usage_of(cq)
             for flavor in sim.flavor_order:
                 usage[(cq, flavor)] = used.get((flavor, res), 0)
@@ -72,7 +70,7 @@ class PlotHistory:
         self.times.append(time)
         self.usage.append(usage)
         self.quota.append(quota)
-        self.capacity.append({f: sim.capacity(f, res) for f in sim.flavor_order})
+        self.capacity.append({f: sim.capacity(f, res) for f in sim.flavor_order} if res else {})
         self.pending.append(sim.pending_by_cluster_queue())
 
 
@@ -129,14 +127,19 @@ def write_plot(history: PlotHistory, path: str, end: float, title: str = "") -> 
         _axis(ax, top, unit, MaxNLocator)
 
     ax = axes[-1]
-    ax.stackplot(times, *[series(history.pending, cq, 1.0) for cq in cq_names], step="post",
-                 colors=[colors[c] for c in cq_names], labels=cq_names, alpha=0.85, edgecolor="white", linewidth=0.5)
+    if cq_names:
+        ax.stackplot(times, *[series(history.pending, cq, 1.0) for cq in cq_names], step="post",
+                     colors=[colors[c] for c in cq_names], labels=cq_names, alpha=0.85, edgecolor="white",
+                     linewidth=0.5)
+    else:
+        ax.annotate("no job waits in a ClusterQueue", (0.5, 0.5), xycoords="axes fraction", ha="center")
     most = max([sum(p.values()) for p in history.pending] + [1])
     _axis(ax, most, "jobs", MaxNLocator)
     ax.set_title("jobs pending, every ClusterQueue stacked", fontsize=10, loc="left")
 
     for ax in axes:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     axes[-1].set_xlabel("simulated time (s)")
     axes[-1].set_xlim(0, end)
     if len(queues) > MAX_QUEUE_PANELS:
