@@ -76,6 +76,12 @@ def test_extender_with_a_missing_kubeconfig():
     assert res.stderr.splitlines() == ["gpuqueue extender: no cluster (kubeconfig /nonexistent: no such file)"]
 
 
+def test_kueuectl_verbs_with_a_missing_kubeconfig():
+    res = gpuqueue("list", "workloads", "--kubeconfig", "/nonexistent")
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == ["gpuqueue list: no cluster (kubeconfig /nonexistent: no such file)"]
+
+
 def test_explain_with_an_unreachable_api_server(unreachable_kubeconfig):
     path, port = unreachable_kubeconfig
     res = gpuqueue("explain", "ns/job", "--kubeconfig", path)
