@@ -28,20 +28,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--service", default="gpuqueue-webhook", help="Service name (SANs NAME, NAME.NS, NAME.NS.svc, ...)")
-        q.add_argument("--namespace", default=access.INSTALL_NAMESPACE)
+        q.add_argument("--namespace", default=access.INSTALL_NAMESPACE, help="namespace of the Service (and of the Secret)")
         q.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
         q.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
         q.add_argument("--days", type=int, default=365, help="serving certificate validity")
 
     g = csub.add_parser("generate", help="write ca.crt, tls.crt, tls.key, scheduler-client.crt, "
                                          "scheduler-client.key (and ca.key) to a directory")
-    g.add_argument("--out", required=True, type=Path)
+    g.add_argument("--out", required=True, type=Path, help="directory to write the files to (created if missing)")
     common(g)
     g.set_defaults(run=run_generate)
 
     e = csub.add_parser("ensure", help="in cluster: create/renew the Secret (serving and kube-scheduler "
                                        "client certificates) and inject caBundle (idempotent)")
-    e.add_argument("--secret", default=access.CERTS_SECRET)
+    e.add_argument("--secret", default=access.CERTS_SECRET, help="name of the Secret holding the CA and the certificates")
     e.add_argument("--webhook-config", default=access.WEBHOOK_CONFIGURATION, help="name of both webhook configurations")
     e.add_argument("--out", type=Path, default=None, help="also write the files here (init container)")
     e.add_argument("--every", type=float, default=0, help="repeat every N seconds (0: once)")

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Kueue Configuration YAML (fairSharing, manageJobsWithoutQueueName, managedJobsNamespaceSelector, "
                         "and gpuqueue's enforcement)")
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
-    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--host", default="0.0.0.0", help="address the extender and metrics endpoints listen on")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
     p.add_argument("--metrics-port", type=int, default=8080,
                    help="/metrics, /healthz, /readyz (HTTPS with --cert-dir, else HTTP)")
@@ -35,9 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--visibility-port", type=int, default=8082,
                    help="Kueue's visibility API for kube-aggregator (HTTPS with --cert-dir; 0: off)")
     p.add_argument("--leader-elect", action="store_true", help="one writer among replicas, by a Lease")
-    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"))
+    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpuqueue-system"),
+                   help="namespace of the leader-election Lease ($POD_NAMESPACE when set)")
     p.add_argument("--qps", type=float, default=100.0, help="API writes per second at most")
-    p.add_argument("--burst", type=int, default=200)
+    p.add_argument("--burst", type=int, default=200, help="API writes allowed at once above --qps")
     p.add_argument("--insecure-http", action="store_true", help="serve the extender over plain HTTP (tests)")
     p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024,
                    help="larger extender requests are refused (413); full-Node requests may need more")
@@ -50,9 +51,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "production: anyone reaching the extender could hold GPUs)")
     p.set_defaults(run=run)
 
-    e = sub.add_parser("explain", help="why is my job pending?")
+    e = sub.add_parser("explain", help="why is my job pending?",
+                       epilog="exit status: 0 the Job is admitted or finished, 1 it is pending, 2 no such Job or "
+                              "it is not managed by gpuqueue, 3 the cluster could not be asked")
     e.add_argument("job", help="NAMESPACE/JOB")
-    e.add_argument("--kubeconfig", default=None)
+    e.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
     e.add_argument("--config", type=Path, default=None,
                    help="the Configuration the extender runs with (its enforcement section; default: Strict)")
     e.set_defaults(run=run_explain)
@@ -186,7 +189,7 @@ def run_explain(args: argparse.Namespace) -> int:
             api = await api_client(args.kubeconfig)
         except ClusterConfigError as exc:
             print(f"gpuqueue explain: no cluster ({exc})", file=sys.stderr)
-            return 1
+            return 3
         try:
             text, code = await explain_job(api, args.job, enforcement)
         finally:

@@ -11,8 +11,9 @@ on a cluster; a permission nobody uses any more fails them too, so it cannot lin
 
 `component` is the process that makes the call; the manifests map components to ServiceAccounts
 (gpuqueue-webhook runs `webhook` and its `certs` init container, gpuqueue-extender runs
-`extender`, gpuqueue-certs runs the `certs` renewal CronJob). `explain` is a command people run
-with their own credentials; the manifests ship its ClusterRole unbound.
+`extender`, gpuqueue-certs runs the `certs` renewal CronJob). `explain` and `kueuectl` (the verbs
+`gpuqueue list|stop|resume|create`) are commands people run with their own credentials; the
+manifests ship their ClusterRoles unbound.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ LEADER_ELECTION_LEASE = "gpuqueue-extender"
 AUTHENTICATION_CONFIGMAP = "extension-apiserver-authentication"
 
 KUEUE = "kueue.x-k8s.io"
-COMPONENTS = ("webhook", "extender", "certs", "explain")
+COMPONENTS = ("webhook", "extender", "certs", "explain", "kueuectl")
 # Components people run with their own credentials: a ClusterRole gpuqueue-COMPONENT each, unbound.
-USER_COMPONENTS = ("explain",)
+USER_COMPONENTS = ("explain", "kueuectl")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,11 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),
     _a("explain", "", "pods", "list", "the Job's pods waiting for a node, and why the extender holds them back"),
     _a("explain", "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get", "its place in the queue, as the visibility API gives it"),
+    # kueuectl: `gpuqueue list|stop|resume|create ...` (and `kubectl gpuqueue ...`), run by a queue
+    # operator with their own credentials (ClusterRole gpuqueue-kueuectl, bound as they choose)
+    _a("kueuectl", KUEUE, "workloads", "list patch", "list workloads; stop/resume workload (spec.active)"),
+    _a("kueuectl", KUEUE, "localqueues", "list create patch", "list localqueues, a Workload's ClusterQueue; create localqueue; stop/resume localqueue (spec.stopPolicy)"),
+    _a("kueuectl", KUEUE, "clusterqueues", "get list patch", "list clusterqueues; create localqueue checks its ClusterQueue; stop/resume clusterqueue (spec.stopPolicy)"),
 )
 
 

@@ -48,5 +48,6 @@ async def test_missing_and_unreadable_kubeconfigs_are_one_error_of_one_line(tmp_
 
 
 def test_commands_print_the_problem(tmp_path, capsys):
-    assert main(["explain", "default/job", "--kubeconfig", str(tmp_path / "missing")]) == 1
+    # 3: the cluster could not be asked (1 is "pending", see `gpuqueue explain --help`)
+    assert main(["explain", "default/job", "--kubeconfig", str(tmp_path / "missing")]) == 3
     assert capsys.readouterr().err.strip() == f"gpuqueue explain: no cluster (kubeconfig {tmp_path / 'missing'}: no such file)"

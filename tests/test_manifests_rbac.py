@@ -111,7 +111,8 @@ def test_components_run_by_each_serviceaccount():
 
 
 def test_user_components_get_a_cluster_role_bound_to_nobody():
-    assert unbound_cluster_roles() == [f"gpuqueue-{c}" for c in access.USER_COMPONENTS] == ["gpuqueue-explain"]
+    assert unbound_cluster_roles() == [f"gpuqueue-{c}" for c in access.USER_COMPONENTS] == ["gpuqueue-explain",
+                                                                                       "gpuqueue-kueuectl"]
     assert not any(a.install_namespace for a in access.API_ACCESS if a.component in access.USER_COMPONENTS)
 
 

@@ -46,7 +46,7 @@ def test_best_effort_fifo_lets_smaller_workloads_pass():
 def test_namespace_selector_including_a_missing_one():
     r = run("namespace-selector.yaml")
     assert sorted(r.admitted_at(0.0)) == ["ns-a/a", "undeclared/u"]
-    mismatch = "Workload namespace doesn't match ClusterQueue selector"
+    mismatch = "workload namespace doesn't match ClusterQueue selector"  # Kueue v0.18's wording
     # no namespaceSelector at all is Kueue's "nothing" selector (no namespace eligible)
     assert r.final_pending() == {"ns-b/b": mismatch, "ns-a/nil": mismatch}
     assert {e["job"]: e["clusterQueue"] for e in r.events("Pending")} == {"ns-b/b": "cq", "ns-a/nil": "cq-nil"}

@@ -21,13 +21,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("webhook", help="serve the admission webhook (HTTPS)")
     p.add_argument("--cert-dir", type=Path, default=Path("/tmp/k8s-webhook-server/serving-certs"),
                    help="directory with tls.crt and tls.key (reloaded when they change)")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=9443)
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port for AdmissionReview requests")
     p.add_argument("--config", type=Path, default=None,
                    help="Kueue Configuration (config.kueue.x-k8s.io) YAML: manageJobsWithoutQueueName, managedJobsNamespaceSelector")
     p.add_argument("--controller-username", default=DEFAULT_CONTROLLER_USERNAME,
                    help="the only user allowed to unsuspend managed Jobs")
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="larger requests are refused (413)")
     p.add_argument("--cert-check-seconds", type=float, default=10.0, help="how often to look for renewed cert files")
     p.set_defaults(run=run)
 

@@ -57,8 +57,9 @@ def pending_pods(job: dict, workloads: list[dict], cluster_queues: dict[str, dic
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
             cluster_queues: dict[str, dict], position: dict | str | None = None, pods: list[dict] | None = None,
             enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
-    """The report and an exit code (0 admitted or finished, 1 pending, 2 unknown). `position`: the
-    Workload's PendingWorkload item from the visibility API, or why there is none."""
+    """The report and an exit code: 0 admitted or finished, 1 pending, 2 no Workload (not managed, or
+    not seen yet); `gpuqueue explain` adds 2 for no such Job and 3 when the cluster cannot be asked.
+    `position`: the Workload's PendingWorkload item from the visibility API, or why there is none."""
     text, code = _explain(job, wl, workloads, local_queues, cluster_queues, position)
     lines = pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
     return "\n".join([text, *lines]), code

@@ -47,6 +47,7 @@ Decision = Admitted | Preempted | Evicted | Pending
 
 PENDING_EVALUATION = "Workload is pending evaluation in the scheduling queue"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"  # Kueue v0.18 (lower-case w)
 # Reasons of a workload that did not fit (Kueue's "no fit" reasons); an equivalent workload
 # arriving meanwhile is not evaluated and says BYPASSED with the same reason.
 NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor"})

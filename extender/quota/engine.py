@@ -449,7 +449,7 @@ class QuotaEngine:
             return
         p = g.members[0]
         if not self._namespace_allowed(p.spec, g.cq):
-            self._give_up(g, "Workload namespace doesn't match ClusterQueue selector", "Inadmissible", out)
+            self._give_up(g, d.NAMESPACE_MISMATCH, "Inadmissible", out)
             return
         a = self._assignment(g)
         mode = a.mode

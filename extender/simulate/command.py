@@ -1,4 +1,4 @@
-"""`gpuqueue simulate`: argument parsing and the exit-code contract of SIMULATE.md."""
+"""`gpuqueue simulate`: argument parsing and the exit codes of docs/simulate.md."""
 
 from __future__ import annotations
 
@@ -13,11 +13,20 @@ BUNDLED = "flame.yaml"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="run a scenario through the quota engine on a scripted timeline")
-    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the bundled FLAME walkthrough)")
-    p.add_argument("--output", choices=["text", "json"], default="text")
-    p.add_argument("--until", type=float, default=None, help="stop after this many seconds of simulated time")
-    p.add_argument("--plot", default=None, help="also write usage over time to FILE.png or FILE.svg")
+    p = sub.add_parser("simulate", help="run a scenario through the quota engine on a scripted timeline",
+                       description="Run a scenario (docs/simulate.md) through the quota engine, the webhook's Job "
+                                   "mutation and the extender's placement code on a scripted timeline.",
+                       epilog="exit status: 0 the run completed, 2 the scenario or an option is invalid (one line "
+                              "on stderr, nothing on stdout), 1 the picture could not be written")
+    p.add_argument("scenario", nargs="?",
+                   help="scenario YAML, - for stdin (default: the bundled FLAME walkthrough)")
+    p.add_argument("--output", choices=["text", "json"], default="text",
+                   help="text: events and a picture of each flavor's GPUs per step; json: JSON Lines")
+    p.add_argument("--until", type=float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds of simulated time (default: when nothing more happens)")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="also draw each ClusterQueue's usage against its quota over time to FILE.png or FILE.svg "
+                        "(needs matplotlib: pip install 'gpuqueue[plot]')")
     p.set_defaults(run=run)
 
 
@@ -37,9 +46,14 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"gpuqueue simulate: cannot read {args.scenario}: {exc}", file=sys.stderr)
         return 2
-    if args.plot and not args.plot.endswith((".png", ".svg")):
-        print(f"gpuqueue simulate: --plot: the file must end in .png or .svg, got {args.plot}", file=sys.stderr)
-        return 2
+    if args.plot:
+        from gpuqueue.extender.simulate.plot import PlotError, check_plot
+
+        try:
+            check_plot(args.plot)
+        except PlotError as exc:
+            print(f"gpuqueue simulate: --plot {args.plot}: {exc}", file=sys.stderr)
+            return 2
     if args.until is not None and not args.until >= 0:
         print(f"gpuqueue simulate: --until: must be >= 0, got {args.until}", file=sys.stderr)
         return 2

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
-from gpuqueue.extender.placement.model import GPU_RESOURCE as GPU
+from gpuqueue.extender.simulate.plot import PlotHistory, write_plot
 from gpuqueue.extender.simulate.runner import Simulation, Step
 from gpuqueue.extender.simulate.scenario import Scenario
 
 
 def render(scenario: Scenario, mode: str, until: float | None, plot: str | None, out: TextIO) -> int:
     sim = Simulation(scenario)
-    history: list[Step] = []
+    history = PlotHistory() if plot else None
     text = TextReport(sim) if mode == "text" else None
     last = 0.0
     for step in sim.run(until):
         last = step.time
-        if plot:
-            history.append(step)
+        if history is not None:
+            history.record(sim, step.time)
         if text is None:
             out.write(orjson.dumps({"time": step.time, "events": step.events, "usage": step.usage}).decode() + "\n")
         else:
@@ -29,26 +30,26 @@ def render(scenario: Scenario, mode: str, until: float | None, plot: str | None,
         out.write(orjson.dumps(summary).decode() + "\n")
     else:
         out.write(text.summary(summary))
-    if plot:
-        from gpuqueue.extender.simulate.plot import write_plot
-
-        write_plot(history, sim, plot)
+    if history is not None:
+        # to --until, or a little past the last step so that the final state shows as a stretch
+        end = until if until is not None and until > 0 else last + max(1.0, 0.1 * last)
+        out.flush()
+        write_plot(history, plot, end, f"gpuqueue simulate {Path(scenario.source).name}")
     return 0
 
 
 class TextReport:
+    LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        # One character per ClusterQueue, in order of the names of all those the scenario defines
+        # (so a letter never changes during a run); the legend under each picture maps them.
+        names = sim.scenario.cluster_queue_names()
+        self.letters = {n: self.LETTERS[i] if i < len(self.LETTERS) else "?" for i, n in enumerate(names)}
 
     def labels(self) -> dict[str, str]:
-        """One character per ClusterQueue: the last letter or digit of its name when those are
-        unique (group-a -> A), else A, B, C, ... in order of definition."""
-        names = list(self.sim.cq_order)
-        tails = [n.rstrip("-_.")[-1:].upper() for n in names]
-        if len(set(tails)) == len(tails) and all(t.isalnum() for t in tails):
-            return dict(zip(names, tails))
-        letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-        return {n: letters[i] if i < len(letters) else "?" for i, n in enumerate(names)}
+        return {cq: self.letters.get(cq, "?") for cq in self.sim.cq_order}
 
     def step(self, step: Step) -> str:
         lines = [f"t={_fmt_time(step.time)}"]
@@ -57,20 +58,8 @@ class TextReport:
         lines.extend("  " + ln for ln in self.picture())
         return "\n".join(lines) + "\n\n"
 
-    def _capacity(self, flavor: str, resource: str) -> int:
-        state = self.sim.engine.state
-        roots = {id(n.root()): n.root() for n in state.cq_nodes.values()}
-        return sum(r.subtree_quota.get((flavor, resource), 0) for r in roots.values())
-
-    def _resource(self) -> str | None:
-        specs = self.sim.engine.state.cq_specs.values()
-        covered = [r for s in specs for rg in s.resource_groups for r in rg.covered_resources]
-        if GPU in covered:
-            return GPU
-        return covered[0] if covered else None
-
     def picture(self) -> list[str]:
-        res = self._resource()
+        res = self.sim.pictured_resource()
         if res is None:
             return []
         labels = self.labels()
@@ -79,17 +68,17 @@ class TextReport:
         unit = 1000 if res == "cpu" else 1
         for flavor in self.sim.flavor_order:
             cells: list[str] = []
-            for cq in self.sim.cq_order:
+            for cq in sorted(self.sim.cq_order):
                 n = self.sim.usage_of(cq).get((flavor, res), 0) // unit
                 cells.extend([labels[cq]] * n)
                 if n:
                     used_labels.add(cq)
-            capacity = self._capacity(flavor, res) // unit
+            capacity = self.sim.capacity(flavor, res) // unit
             if capacity == 0 and not cells:
                 continue
             cells.extend(["·"] * max(0, capacity - len(cells)))
             if len(cells) > 64:
-                counts = ", ".join(f"{labels[c]} {self.sim.usage_of(c).get((flavor, res), 0) // unit}" for c in self.sim.cq_order)
+                counts = ", ".join(f"{labels[c]} {self.sim.usage_of(c).get((flavor, res), 0) // unit}" for c in sorted(self.sim.cq_order))
                 out.append(f"{flavor} ({capacity} {res}): {counts}, idle {cells.count('·')}")
                 continue
             out.append(f"{flavor} ({capacity} {res}):")
@@ -97,7 +86,7 @@ class TextReport:
             out.append("│" + "│".join(f" {c} " for c in cells) + "│")
             out.append("└" + "┴".join("───" for _ in cells) + "┘")
         if out:
-            legend = "  ".join(f"{labels[cq]} = {cq}" for cq in self.sim.cq_order)
+            legend = "  ".join(f"{labels[cq]} = {cq}" for cq in sorted(self.sim.cq_order))
             out.append(f"{legend}  · = idle")
         return out
 

@@ -11,9 +11,10 @@ from pydantic import BaseModel
 
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
+from gpuqueue.extender.placement.model import GPU_RESOURCE
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.simulate.placement import NodePlacer
-from gpuqueue.extender.simulate.scenario import Event, Scenario, job_key, job_runtime
+from gpuqueue.extender.simulate.scenario import Event, Scenario, job_runtime, timeline
 from gpuqueue.api import core, kueue
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
@@ -201,15 +202,15 @@ class Simulation:
 
     def run(self, until: float | None = None):
         """Yields one Step per instant at which anything happened."""
-        events = list(self.scenario.events)
-        idx = 0
+        events = timeline(self.scenario.events)
+        upcoming = next(events, None)
         first = True
         while True:
             candidates = []
             if first:
                 candidates.append(0.0)
-            if idx < len(events):
-                candidates.append(events[idx].at)
+            if upcoming is not None:
+                candidates.append(upcoming.at)
             completion = self._next_completion()
             if completion is not None:
                 candidates.append(completion)
@@ -233,9 +234,9 @@ class Simulation:
             # completions first: a job whose time is up is done before anything else happens
             for key in self._due(t):
                 step.events.extend(self.remove_job(key, "Finished"))
-            while idx < len(events) and events[idx].at == t:
-                step.events.extend(self._run_event(events[idx]))
-                idx += 1
+            while upcoming is not None and upcoming.at == t:
+                step.events.extend(self._run_event(upcoming))
+                upcoming = next(events, None)
             step.events.extend(self._schedule(t))
             step.usage = self._usage_changes()
             if step.events or step.usage:
@@ -319,6 +320,31 @@ class Simulation:
     # -- reporting --------------------------------------------------------------------------------
     def usage_of(self, cq: str) -> dict[tuple[str, str], int]:
         return {fr: v for fr, v in self.engine.usage(cq).items() if v}
+
+    def pictured_resource(self) -> str | None:
+        """The resource the pictures count: nvidia.com/gpu, or the first one a ClusterQueue covers."""
+        specs = self.engine.state.cq_specs.values()
+        covered = [r for s in specs for rg in s.resource_groups for r in rg.covered_resources]
+        if GPU_RESOURCE in covered:
+            return GPU_RESOURCE
+        return covered[0] if covered else None
+
+    def capacity(self, flavor: str, resource: str) -> int:
+        """All the quota there is of `resource` in `flavor`: every cohort tree's, summed."""
+        roots = {id(n.root()): n.root() for n in self.engine.state.cq_nodes.values()}
+        return sum(r.subtree_quota.get((flavor, resource), 0) for r in roots.values())
+
+    def nominal_quota(self, cq: str, flavor: str, resource: str) -> int:
+        spec = self.engine.state.cq_specs.get(cq)
+        quota = spec.quotas.get((flavor, resource)) if spec is not None else None
+        return quota.nominal if quota is not None else 0
+
+    def pending_by_cluster_queue(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for p in self.engine.pending.values():
+            if p.cluster_queue:
+                counts[p.cluster_queue] = counts.get(p.cluster_queue, 0) + 1
+        return counts
 
     def _usage_changes(self) -> dict[str, dict[str, dict[str, str]]]:
         changed: dict[str, dict[str, dict[str, str]]] = {}

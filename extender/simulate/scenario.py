@@ -1,7 +1,9 @@
-"""Reading a scenario file (SIMULATE.md): every document checked, every error named."""
+"""Reading a scenario file (docs/simulate.md): every document checked, every error named."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuqueue.api import core, kueue
 from gpuqueue.api.quantity import QuantityError
+from gpuqueue.extender.simulate import fields
 
 SCENARIO_API = "gpuqueue.io/v1alpha1"
 RUNTIME_ANNOTATION = "gpuqueue.io/runtime-seconds"
@@ -28,6 +31,9 @@ KINDS: dict[str, tuple[tuple[str, ...], type[BaseModel]]] = {
     "Job": (("batch/v1",), core.Job),
 }
 NAMESPACED = {"LocalQueue", "Job"}
+# Event occurrences a scenario may generate in all (`count` summed over its events): a run keeps a
+# record of every job it saw, a few kilobytes each, so this bounds it to about two gigabytes.
+MAX_OCCURRENCES = 1_000_000
 
 
 class ScenarioError(Exception):
@@ -50,6 +56,36 @@ class Event:
     job: str | None = None  # finish: namespace/name
     ref: ObjectRef | None = None  # delete
     where: str = ""  # for messages: "events[3]"
+    count: int = 1  # occurrences, at `at`, `at + every`, ...
+    every: float = 0.0
+    repeated: bool = False  # `count` was given: submitted jobs are named NAME-0, NAME-1, ...
+
+    def occurrence(self, n: int, at: float) -> "Event":
+        if not self.repeated:
+            return self
+        obj = _nth_job(self.obj, n) if self.action == "submit" else self.obj
+        return Event(at, self.order, self.action, obj, self.job, self.ref, self.where)
+
+    def submitted_keys(self) -> Iterator[str]:
+        """The namespace/name of every job this event submits (those with a generateName excepted)."""
+        if self.action in ("submit", "apply") and isinstance(self.obj, core.Job) and self.obj.metadata.name:
+            key = job_key(self.obj)
+            yield from (f"{key}-{n}" for n in range(self.count)) if self.repeated and self.action == "submit" else [key]
+
+
+def timeline(events: list[Event]) -> Iterator[Event]:
+    """Every occurrence of every event, in order of time, then of the file (the copies of one
+    event in turn). Repeated events are expanded as the run reaches them: a large `count` costs
+    memory only for the jobs the run has seen."""
+    heap = [(e.at, e.order, 0, e) for e in events]
+    heapq.heapify(heap)
+    while heap:
+        at, order, n, e = heap[0]
+        if n + 1 < e.count:
+            heapq.heapreplace(heap, (e.at + (n + 1) * e.every, order, n + 1, e))
+        else:
+            heapq.heappop(heap)
+        yield e.occurrence(n, at)
 
 
 @dataclass
@@ -59,6 +95,11 @@ class Scenario:
     events: list[Event] = field(default_factory=list)
     configuration: kueue.Configuration | None = None
     source: str = "<scenario>"
+
+    def cluster_queue_names(self) -> list[str]:
+        """Every ClusterQueue the scenario defines, at the start or by an event, by name."""
+        objs = self.objects + [e.obj for e in self.events if e.action == "apply"]
+        return sorted({o.metadata.name for o in objs if isinstance(o, kueue.ClusterQueue)})
 
     @property
     def has_nodes(self) -> bool:
@@ -109,12 +150,17 @@ def parse_object(doc: Any, where: str, prefix: str = "") -> BaseModel:
     kind = doc.get("kind")
     api = doc.get("apiVersion")
     pre = f"{prefix}." if prefix else ""
+    if kind is None:
+        raise ScenarioError(f"{where}: {pre}kind: required field is missing")
     if kind not in KINDS:
         known = ", ".join(sorted(KINDS))
         raise ScenarioError(f"{where}: {pre}kind: unknown kind {kind!r} (known: {known}, Scenario)")
     versions, model = KINDS[kind]
     if api not in versions:
         raise ScenarioError(f"{where}: {pre}apiVersion: {kind} must be one of {', '.join(versions)}, got {api!r}")
+    unknown = fields.unknown_field(doc, fields.document_shape(kind, model, api, versions[0]), prefix)
+    if unknown:
+        raise ScenarioError(f"{where}: {unknown}")
     try:
         obj = model.model_validate(doc)
     except ValidationError as exc:
@@ -166,14 +212,14 @@ def _number(value: Any, where: str, name: str, minimum: float, integer: bool = F
 _EVENT_ACTIONS = ("submit", "apply", "finish", "delete")
 
 
-def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
+def _parse_events(doc: dict, where: str) -> list[Event]:
     raw = doc.get("events")
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise ScenarioError(f"{where}: events: must be a list")
     out: list[Event] = []
-    order = order_start
+    occurrences = 0
     for i, ev in enumerate(raw):
         ew = f"events[{i}]"
         if not isinstance(ev, dict):
@@ -182,9 +228,6 @@ def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
             raise ScenarioError(f"{where}: {ew}.at: required field is missing")
         at = _number(ev["at"], f"{where}: {ew}", "at", 0)
         actions = [a for a in _EVENT_ACTIONS if a in ev]
-        unknown = sorted(set(ev) - set(_EVENT_ACTIONS) - {"at", "every", "count"})
-        if unknown:
-            raise ScenarioError(f"{where}: {ew}.{unknown[0]}: unknown field (an event has at, every, count and one of {', '.join(_EVENT_ACTIONS)})")
         if len(actions) != 1:
             raise ScenarioError(f"{where}: {ew}: needs exactly one of {', '.join(_EVENT_ACTIONS)}")
         action = actions[0]
@@ -194,14 +237,14 @@ def _parse_events(doc: dict, where: str, order_start: int) -> list[Event]:
                 raise ScenarioError(f"{where}: {ew}.count: required with every")
             count = int(_number(ev["count"], f"{where}: {ew}", "count", 1, integer=True))
             every = _number(ev.get("every", 0), f"{where}: {ew}", "every", 0)
+        occurrences += count or 1
+        if occurrences > MAX_OCCURRENCES:
+            raise ScenarioError(f"{where}: {ew}.count: the events would occur {occurrences} times in all, "
+                                f"more than the simulator's limit of {MAX_OCCURRENCES}")
         body = ev[action]
         template = _parse_action(action, body, f"{where}: {ew}.{action}", where, f"{ew}.{action}")
-        for n in range(count or 1):
-            e = Event(at=at + n * (every or 0), order=order, action=action, where=f"{where}: {ew}", **template)
-            if action == "submit" and count:
-                e.obj = _nth_job(template["obj"], n)
-            out.append(e)
-            order += 1
+        out.append(Event(at=at, order=i, action=action, where=f"{where}: {ew}", count=count or 1,
+                         every=every or 0.0, repeated=count is not None, **template))
     return out
 
 
@@ -250,7 +293,6 @@ def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{source}: {where}not valid YAML: {problem}") from None
     sc = Scenario(source=source)
     seen_scenario = False
-    order = 0
     for i, doc in enumerate(docs):
         if doc is None:
             continue
@@ -261,9 +303,10 @@ def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
             if seen_scenario:
                 raise ScenarioError(f"{where}: at most one Scenario document")
             seen_scenario = True
-            evs = _parse_events(doc, where, order)
-            order += len(evs)
-            sc.events.extend(evs)
+            unknown = fields.unknown_field(doc, fields.SCENARIO)
+            if unknown:
+                raise ScenarioError(f"{where}: {unknown}")
+            sc.events.extend(_parse_events(doc, where))
             continue
         obj = parse_object(doc, where)
         if isinstance(obj, kueue.Configuration):
@@ -276,7 +319,9 @@ def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
         else:
             sc.objects.append(obj)
     _check_references(sc)
-    sc.events.sort(key=lambda e: (e.at, e.order))
+    if not sc.jobs and not any(True for e in sc.events if e.action == "submit" or isinstance(e.obj, core.Job)):
+        raise ScenarioError(f"{source}: no Jobs: the scenario submits none (a batch/v1 Job document, or a "
+                            f"submit event), so there is nothing to simulate")
     return sc
 
 
@@ -296,11 +341,12 @@ def _check_configuration(cfg: kueue.Configuration, where: str) -> None:
 
 
 def _check_references(sc: Scenario) -> None:
-    """A finish event must name a job that is submitted (at time 0 or by an earlier-or-same-time event)."""
+    """A finish or delete event must name a job that is submitted (at time 0 or by an event)."""
+    if not any(e.action == "finish" or (e.ref and e.ref.kind == "Job") for e in sc.events):
+        return
     submitted = {job_key(j) for j in sc.jobs if j.metadata.name}
-    for e in sorted(sc.events, key=lambda e: (e.at, e.order)):
-        if e.action in ("submit", "apply") and isinstance(e.obj, core.Job) and e.obj.metadata.name:
-            submitted.add(job_key(e.obj))
+    for e in sc.events:
+        submitted.update(e.submitted_keys())
     for e in sc.events:
         if e.action == "finish" and e.job not in submitted:
             raise ScenarioError(f"{e.where}.finish: job {e.job} is never submitted")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,11 +18,12 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
-def _renamed(data: Any, old: str, new: str) -> Any:
-    """An older API version's field name read as the v1beta2 one."""
-    if isinstance(data, dict) and old in data and new not in data:
-        data = dict(data)
-        data[new] = data.pop(old)
+def _renamed(data: Any, older_names: dict[str, str]) -> Any:
+    """An older API version's field names read as the v1beta2 ones."""
+    for old, new in older_names.items():
+        if isinstance(data, dict) and old in data and new not in data:
+            data = dict(data)
+            data[new] = data.pop(old)
     return data
 
 
@@ -108,11 +109,12 @@ class ClusterQueueSpec(KubeModel):
     flavor_fungibility: FlavorFungibility = Field(default_factory=FlavorFungibility)
     fair_sharing: FairSharing | None = None
     stop_policy: Literal["None", "Hold", "HoldAndDrain"] = "None"
+    older_names: ClassVar[dict[str, str]] = {"cohort": "cohortName"}  # v1beta1
 
     @model_validator(mode="before")
     @classmethod
     def _v1beta1_cohort(cls, data: Any) -> Any:
-        return _renamed(data, "cohort", "cohortName")
+        return _renamed(data, cls.older_names)
 
 
 class ClusterQueue(KubeModel):
@@ -126,11 +128,12 @@ class CohortSpec(KubeModel):
     parent_name: str | None = None
     resource_groups: list[ResourceGroup] = Field(default_factory=list)
     fair_sharing: FairSharing | None = None
+    older_names: ClassVar[dict[str, str]] = {"parent": "parentName"}  # v1alpha1
 
     @model_validator(mode="before")
     @classmethod
     def _v1alpha1_parent(cls, data: Any) -> Any:
-        return _renamed(data, "parent", "parentName")
+        return _renamed(data, cls.older_names)
 
 
 class Cohort(KubeModel):

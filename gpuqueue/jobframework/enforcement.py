@@ -35,6 +35,7 @@ BASE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 # System namespaces and the GPU operator's own (its device plugin and validator pods request GPUs).
 DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "gpuqueue-system", "gpu-operator", "nvidia-gpu-operator")
 DEFAULT_SCHEDULER_NAMES = ("default-scheduler",)
+SECTION_FIELDS = ("mode", "exemptNamespaces", "resources", "schedulerNames")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class EnforcementConfig:
             return cls()
         if not isinstance(section, Mapping):
             raise ValueError("enforcement: must be a mapping")
-        unknown = sorted(set(section) - {"mode", "exemptNamespaces", "resources", "schedulerNames"})
+        unknown = sorted(set(section) - set(SECTION_FIELDS))
         if unknown:
             raise ValueError(f"enforcement.{unknown[0]}: unknown field")
         mode = section.get("mode", STRICT)

@@ -51,3 +51,24 @@ async def api_client(kubeconfig: str | None = None):
     from kubernetes_asyncio import client
 
     return client.ApiClient(await load_config(kubeconfig))
+
+
+IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def current_namespace(kubeconfig: str | None = None) -> str:
+    """The namespace commands act in when none is given, as kubectl picks it: the kubeconfig's
+    current context's namespace, else (in a pod, with no kubeconfig named) the pod's, else default."""
+    from kubernetes_asyncio import config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(IN_CLUSTER_NAMESPACE_FILE):
+        with open(IN_CLUSTER_NAMESPACE_FILE, encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    if not any(os.path.exists(p) for p in paths.split(os.pathsep) if p):
+        return "default"
+    try:
+        _, current = config.list_kube_config_contexts(paths)
+    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+        raise ClusterConfigError(f"kubeconfig {paths}: {_one_line(exc)}") from None
+    return ((current or {}).get("context") or {}).get("namespace") or "default"

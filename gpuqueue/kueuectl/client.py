@@ -1,0 +1,93 @@
+"""The calls the verbs make: Kueue's objects through kubernetes_asyncio's CustomObjectsApi, lists
+paged as kueuectl pages them, patches as JSON merge patches (what kueuectl sends)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpuqueue.api.kueue import KUEUE_GROUP
+from gpuqueue.kueuectl import UsageError
+
+VERSION = "v1beta2"
+MERGE_PATCH = "application/merge-patch+json"
+USER_AGENT = "gpuqueue-kueuectl"
+
+
+def page_size() -> int:
+    """Objects per list request: kueuectl's default, or $KUEUECTL_LIST_REQUEST_LIMIT."""
+    raw = os.environ.get("KUEUECTL_LIST_REQUEST_LIMIT", "100")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise UsageError(f"KUEUECTL_LIST_REQUEST_LIMIT: must be a whole number, got {raw!r}") from None
+    if limit < 0:
+        raise UsageError(f"KUEUECTL_LIST_REQUEST_LIMIT: must be >= 0, got {limit}")
+    return limit
+
+
+@dataclass(frozen=True)
+class Resource:
+    plural: str
+    singular: str
+    namespaced: bool
+
+    @property
+    def qualified(self) -> str:
+        """How kubectl names an object of this kind: `clusterqueue.kueue.x-k8s.io/NAME`."""
+        return f"{self.singular}.{KUEUE_GROUP}"
+
+
+WORKLOADS = Resource("workloads", "workload", True)
+LOCAL_QUEUES = Resource("localqueues", "localqueue", True)
+CLUSTER_QUEUES = Resource("clusterqueues", "clusterqueue", False)
+
+
+class Kueue:
+    """Kueue's API through one kubernetes_asyncio ApiClient (closed by the caller)."""
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes_asyncio import client
+
+        api.user_agent = USER_AGENT
+        self.objects = client.CustomObjectsApi(api)
+
+    async def list(self, res: Resource, namespace: str | None, label_selector: str = "",
+                   field_selector: str = "") -> list[dict]:
+        """Every object (all namespaces when `namespace` is None), page by page."""
+        items: list[dict] = []
+        token = None
+        while True:
+            kw: dict[str, Any] = {"limit": page_size()}
+            for key, value in (("label_selector", label_selector), ("field_selector", field_selector),
+                               ("_continue", token)):
+                if value:
+                    kw[key] = value
+            if res.namespaced and namespace is not None:
+                page = await self.objects.list_namespaced_custom_object(KUEUE_GROUP, VERSION, namespace, res.plural, **kw)
+            else:
+                page = await self.objects.list_cluster_custom_object(KUEUE_GROUP, VERSION, res.plural, **kw)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    async def get(self, res: Resource, namespace: str | None, name: str) -> dict:
+        if res.namespaced:
+            return await self.objects.get_namespaced_custom_object(KUEUE_GROUP, VERSION, namespace, res.plural, name)
+        return await self.objects.get_cluster_custom_object(KUEUE_GROUP, VERSION, res.plural, name)
+
+    async def patch(self, res: Resource, namespace: str | None, name: str, body: dict, dry_run: bool = False) -> dict:
+        kw: dict[str, Any] = {"_content_type": MERGE_PATCH}
+        if dry_run:
+            kw["dry_run"] = "All"
+        if res.namespaced:
+            return await self.objects.patch_namespaced_custom_object(KUEUE_GROUP, VERSION, namespace, res.plural,
+                                                                     name, body, **kw)
+        return await self.objects.patch_cluster_custom_object(KUEUE_GROUP, VERSION, res.plural, name, body, **kw)
+
+    async def create(self, res: Resource, namespace: str, body: dict, dry_run: bool = False) -> dict:
+        kw = {"dry_run": "All"} if dry_run else {}
+        return await self.objects.create_namespaced_custom_object(KUEUE_GROUP, VERSION, namespace, res.plural,
+                                                                  body, **kw)
