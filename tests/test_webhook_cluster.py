@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 from pathlib import Path
 
 from tests.webhook_support import (
-    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
+    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, webhook_args,
+    wire,
 )
 from gpuqueue.webhook.cluster import WatchedQueueView
 from gpuqueue.webhook.command import serve
@@ -53,8 +53,7 @@ async def test_starts_without_cluster_and_warns_once(tmp_path, monkeypatch, capl
     cert_dir = make_cert_dir(tmp_path / "tls")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    args = argparse.Namespace(cert_dir=cert_dir, host="127.0.0.1", port=0, config=None,
-                              controller_username="ctrl", max_body_bytes=1 << 20, cert_check_seconds=60)
+    args = webhook_args(cert_dir, "--controller-username=ctrl", "--max-body-bytes=1048576")
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     task = asyncio.create_task(serve(args, stop))
@@ -188,8 +187,7 @@ async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_p
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     api.faults.add(r"/localqueues$", method="GET", watch=False, delay=0.3)  # hold the first LIST back
-    args = argparse.Namespace(cert_dir=cert_dir, host="127.0.0.1", port=0, config=None,
-                              controller_username="ctrl", max_body_bytes=1 << 20, cert_check_seconds=60)
+    args = webhook_args(cert_dir, "--controller-username=ctrl", "--max-body-bytes=1048576")
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     task = asyncio.create_task(serve(args, stop))

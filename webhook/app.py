@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
+
 from gpuqueue.webhook import review
 from gpuqueue.webhook.fielderrors import aggregate
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
@@ -98,6 +100,11 @@ class AdmissionHandlers:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 return _json(too_big, 413)
+            except ConnectionError:  # the client left, or was cut off past the body timeout
+                return web.Response(status=408, text="request body not received in time\n")
+            guard = guarded_connection(request.transport)
+            if guard is not None:
+                guard.body_received()
             parsed = review.parse_review(body)
             if isinstance(parsed, review.ReviewError):
                 return _json(review.bad_request(parsed.uid, parsed.message))
@@ -130,23 +137,41 @@ class AdmissionHandlers:
 @dataclass
 class RunningServer:
     runner: web.AppRunner
-    port: int
+    listener: GuardedListener
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
 
     async def close(self) -> None:
+        await self.listener.close()
         await self.runner.cleanup()
 
 
-async def start_server(app: web.Application, host: str, port: int, ssl_context) -> RunningServer:
-    """Start serving ``app`` over TLS; port 0 picks a free port (see ``.port``)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+@web.middleware
+async def request_phases(request: web.Request, handler):
+    """Tell the connection's guard when a request's headers are in and when its answer is out."""
+    guard = guarded_connection(request.transport)
+    if guard is not None:
+        guard.request_started()
+    try:
+        return await handler(request)
+    finally:
+        if guard is not None:
+            guard.request_finished()
+
+
+async def start_server(app: web.Application, host: str, port: int, ssl_context,
+                       limits: ConnectionLimits = ConnectionLimits()) -> RunningServer:
+    """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``)."""
+    app.middlewares.append(request_phases)
+    # The listener closes idle connections first (aborting them); aiohttp's own keep-alive timer
+    # would close them gracefully, waiting on the client's close_notify.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout + 5)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
-    await site.start()
-    bound = port
-    server = site._server  # aiohttp exposes the bound sockets only here
-    if server is not None and server.sockets:
-        bound = server.sockets[0].getsockname()[1]
-    return RunningServer(runner, bound)
+    listener = GuardedListener(runner.server, ssl_context, limits)
+    await listener.listen(host, port)
+    return RunningServer(runner, listener)
 
 
 def settle_heap() -> None:

@@ -12,6 +12,7 @@ import yaml
 
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
 from gpuqueue.jobframework.managed import ManagedJobsConfig
+from gpuqueue.listener import ConnectionLimits
 from gpuqueue.webhook.app import DEFAULT_MAX_BODY, WebhookSettings
 
 log = logging.getLogger("gpuqueue.webhook")
@@ -29,6 +30,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the only user allowed to unsuspend managed Jobs")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
     p.add_argument("--cert-check-seconds", type=float, default=10.0, help="how often to look for renewed cert files")
+    limits = ConnectionLimits()
+    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+                   help="connections served at once, TLS handshakes included; past it an idle kept-alive one is "
+                        "closed to make room, else the new one is reset")
+    p.add_argument("--header-timeout-seconds", type=float, default=limits.header_timeout,
+                   help="time to deliver a request's headers, from the accept (TLS handshake included) or from "
+                        "the first byte of a later request on the connection")
+    p.add_argument("--body-timeout-seconds", type=float, default=limits.body_timeout,
+                   help="time from a request's headers to its answer (body read, review decided)")
+    p.add_argument("--idle-timeout-seconds", type=float, default=limits.idle_timeout,
+                   help="how long a kept-alive connection may wait for its next request")
     p.set_defaults(run=run)
 
 
@@ -43,6 +55,14 @@ def load_settings(args: argparse.Namespace) -> WebhookSettings:
     return WebhookSettings(config=config, controller_username=args.controller_username, max_body=args.max_body_bytes)
 
 
+def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    try:
+        return ConnectionLimits(args.max_connections, args.header_timeout_seconds, args.body_timeout_seconds,
+                                args.idle_timeout_seconds)
+    except ValueError as exc:
+        raise SystemExit(f"gpuqueue webhook: {exc}")
+
+
 async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.kube.config import ClusterConfigError, load_config
@@ -50,6 +70,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from gpuqueue.webhook.app import AdmissionHandlers, settle_heap, start_server
 
     settings = load_settings(args)
+    limits = connection_limits(args)
     try:
         tls = ReloadingTLS(args.cert_dir)
     except (OSError, ValueError) as exc:
@@ -66,7 +87,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         tasks.append(asyncio.create_task(watch_cluster(view, configuration)))
         ready = view.ready
     handlers = AdmissionHandlers(settings, view, view, ready)
-    server = await start_server(handlers.app(), args.host, args.port, tls.context)
+    server = await start_server(handlers.app(), args.host, args.port, tls.context, limits)
     settle_heap()
     log.info("webhook serving on https://%s:%d", args.host, server.port)
     try:
