@@ -258,6 +258,11 @@ class GuardedListener:
             log.debug("connection dropped before its TLS handshake completed: %s", exc)
             conn.abort()
             conn.sock.close()
+            # The exception's traceback holds the frames it went through - asyncio's TLS layer's,
+            # one of which holds the exception again - with the TLS state (its buffer, OpenSSL's) in
+            # their locals: a cycle only a full garbage collection frees.
+            # A reconnecting flood of failed handshakes grew the webhook by 20 MiB a second so.
+            exc.__traceback__ = None
 
     async def _expire(self) -> None:
         limits = self.limits

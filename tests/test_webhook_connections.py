@@ -215,3 +215,29 @@ async def test_a_connection_costs_a_small_tls_buffer(cert_dir):
         for c in clients:
             c.close()
         assert grown < 40 * 64 * 1024, f"{grown / 40 / 1024:.0f} KiB per connection"
+
+
+async def test_failed_handshakes_leave_no_tls_state_behind(cert_dir):
+    """A connection whose handshake fails or times out is freed at once, not left for a full
+    garbage collection: a reconnecting flood of them grew the webhook by 20 MiB a second."""
+    import gc
+
+    from gpuqueue.listener import _ServerTLS
+
+    gc.collect()
+    gc.disable()  # what is freed must be freed by reference counting alone
+    try:
+        async with running_webhook(cert_dir, limits=ConnectionLimits(header_timeout=0.3)) as hook:
+            for garbage in (b"\x16\x03\x01\x00\x05hello", b"\x16\x03\x01\x02\x00"):  # refused, then timed out
+                clients = [await asyncio.open_connection("127.0.0.1", hook.port) for _ in range(20)]
+                for reader, writer in clients:
+                    writer.write(garbage)
+                for reader, writer in clients:
+                    assert await asyncio.wait_for(reader.read(), 3.0) == b""
+                    writer.transport.abort()
+            await asyncio.sleep(0.1)
+            assert hook.server.listener.active == 0
+            alive = [o for o in gc.get_objects() if isinstance(o, _ServerTLS)]
+            assert alive == [], f"{len(alive)} TLS layers (32 KiB buffer and OpenSSL state each) still in memory"
+    finally:
+        gc.enable()

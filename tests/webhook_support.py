@@ -68,6 +68,7 @@ from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
 from gpuqueue.jobframework.managed import QueueView, StaticQueueView  # noqa: E402
 from gpuqueue.listener import ConnectionLimits  # noqa: E402
+from gpuqueue.webhook.cluster import NoPods, PodLookup  # noqa: E402
 from gpuqueue.webhook.app import AdmissionHandlers, RunningServer, WebhookSettings, start_server  # noqa: E402
 
 APISERVER_HEADERS = {
@@ -133,9 +134,13 @@ class Webhook:
 
 @asynccontextmanager
 async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohorts: CohortView | None = None,
-                          settings: WebhookSettings | None = None, limits: ConnectionLimits = ConnectionLimits()):
+                          settings: WebhookSettings | None = None, limits: ConnectionLimits = ConnectionLimits(),
+                          covered: frozenset[str] | None = None, pods: PodLookup | None = None):
+    """``covered``: what ClusterQueues cover (None: unknown); ``pods``: how a binding's pod is read
+    (default: no cluster)."""
     tls = ReloadingTLS(cert_dir)
-    handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts())
+    handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts(),
+                                 covered=lambda: covered, pods=pods or NoPods())
     server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context, limits)
     connector = aiohttp.TCPConnector(ssl=client_context(cert_dir))
     session = aiohttp.ClientSession(connector=connector)

@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuqueue.api.core import PodSpec
+from gpuqueue.api.podrequests import pod_requests
+
 STRICT, AUDIT, OFF = "Strict", "Audit", "Off"
 MODES = (STRICT, AUDIT, OFF)
 # Every pod requests these; they are never enforced per pod, only counted in Workloads.
@@ -89,12 +92,23 @@ class EnforcementConfig:
     def needs_admission(self, namespace: str, requested: Iterable[str], covered: Iterable[str] | None = None) -> bool:
         """Whether a pod of ``namespace`` requesting (a positive amount of) ``requested`` must
         belong to an admitted workload to run."""
+        return bool(self.enforced_requests(namespace, requested, covered))
+
+    def enforced_requests(self, namespace: str, requested: Iterable[str],
+                          covered: Iterable[str] | None = None) -> frozenset[str]:
+        """Those of ``requested`` that make such a pod need an admission (none: it needs none)."""
         if not self.enforcing or self.exempt(namespace):
-            return False
+            return frozenset()
         enforced = self.enforced_resources(covered)
         if enforced is None:
-            return any(r not in BASE_RESOURCES for r in requested)
-        return any(r in enforced for r in requested)
+            return frozenset(r for r in requested if r not in BASE_RESOURCES)
+        return frozenset(r for r in requested if r in enforced)
+
+
+def requested_resources(spec: PodSpec) -> frozenset[str]:
+    """The resources a pod asks a positive amount of, as Kubernetes counts them (containers, init
+    containers and sidecars, overhead; a limit stands in for a missing request)."""
+    return frozenset(name for name, quantity in pod_requests(spec).items() if quantity.value > 0)
 
 
 def _names(section: Mapping[str, Any], field: str, default):
