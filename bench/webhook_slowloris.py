@@ -134,7 +134,7 @@ async def trickle(port: int, ctx: ssl.SSLContext, phase: str, stop: asyncio.Even
     """One client; with ``reconnect``, it opens a new connection whenever the server closes one."""
     while not stop.is_set():
         await trickle_once(port, ctx, phase, stop, t)
-        if not reconnect:
+        if not reconnect or stop.is_set():
             return
         t.reconnects += 1
         await asyncio.sleep(0.05)
