@@ -109,6 +109,9 @@ class GuardedConnection(asyncio.Protocol):
     # -- asyncio.Protocol, passed on ---------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if not self.open:  # closed during its handshake, which completed all the same
+            transport.abort()
+            return
         self.phase = HEADERS  # since and deadline still count from the accept
         self.inner = self.listener.protocol_factory()
         self.inner.connection_made(transport)
