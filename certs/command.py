@@ -45,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--webhook-config", default=access.WEBHOOK_CONFIGURATION, help="name of both webhook configurations")
     e.add_argument("--out", type=Path, default=None, help="also write the files here (init container)")
     e.add_argument("--every", type=float, default=0, help="repeat every N seconds (0: once)")
+    e.add_argument("--require-webhook-config", action="store_true",
+                   help="exit 1 when a webhook configuration does not exist yet (after doing the rest), so a Job "
+                        "tries again: without its caBundle, kube-apiserver cannot call the webhook")
     common(e)
     e.set_defaults(run=run_ensure)
 
@@ -57,7 +60,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_ensure(args: argparse.Namespace) -> int:
-    from gpuqueue.certs.ensure import ensure
+    from gpuqueue.certs.ensure import WebhookConfigurationMissing, ensure
     from gpuqueue.kube.config import ClusterConfigError, load_config
 
     identity = _identity(args)
@@ -69,8 +72,12 @@ def run_ensure(args: argparse.Namespace) -> int:
             print(f"gpuqueue certs ensure: no cluster ({exc})", file=sys.stderr)
             return 1
         while True:
-            print(await ensure(args.namespace, args.secret, identity, args.webhook_config, args.out,
-                               configuration=configuration))
+            try:
+                print(await ensure(args.namespace, args.secret, identity, args.webhook_config, args.out,
+                                   configuration=configuration, require_webhook_config=args.require_webhook_config))
+            except WebhookConfigurationMissing as exc:
+                print(f"gpuqueue certs ensure: {exc}", file=sys.stderr)
+                return 1
             if args.every <= 0:
                 return 0
             await asyncio.sleep(args.every)

@@ -113,16 +113,23 @@ def webhook_ca_patch(config: Mapping, ca_pem: bytes) -> list[dict] | None:
     return ops or None
 
 
+class WebhookConfigurationMissing(LookupError):
+    pass
+
+
 async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, webhook_config_name: str,
-                 out: Path | None = None, *, configuration=None, now: dt.datetime | None = None) -> str:
+                 out: Path | None = None, *, configuration=None, now: dt.datetime | None = None,
+                 require_webhook_config: bool = False) -> str:
     """One pass: Secret, caBundle injection, optional files. Returns what was done.
 
     ``configuration``: a kubernetes_asyncio Configuration (``gpuqueue.kube.config.load_config``;
-    default: kubernetes_asyncio's default one); ``now``: the time the renewal decision is made at."""
+    default: kubernetes_asyncio's default one); ``now``: the time the renewal decision is made at;
+    ``require_webhook_config``: a webhook configuration that does not exist (yet) raises
+    WebhookConfigurationMissing after the rest is done, so that a Job tries again."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.rest import ApiException
 
-    done = []
+    done, missing = [], []
     async with client.ApiClient(configuration) as api:
         core = client.CoreV1Api(api)
         try:
@@ -155,6 +162,7 @@ async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, we
                 if exc.status != 404:
                     raise
                 done.append(f"{kind} {webhook_config_name} not found: caBundle not injected")
+                missing.append(kind)
                 continue
             ops = webhook_ca_patch(cfg, data[CA_FILE])
             if ops:
@@ -165,4 +173,6 @@ async def ensure(namespace: str, secret_name: str, identity: ServingIdentity, we
                                      data.get(SCHEDULER_CLIENT_CERT_FILE, b""), data.get(SCHEDULER_CLIENT_KEY_FILE, b"")),
                     write_ca_key=False)
         done.append(f"files written to {out}")
+    if missing and require_webhook_config:
+        raise WebhookConfigurationMissing("; ".join(done))
     return "; ".join(done)

@@ -10,10 +10,11 @@ on a cluster; a permission nobody uses any more fails them too, so it cannot lin
 `require(...)` lets a client wrapper refuse an undeclared call before making it.
 
 `component` is the process that makes the call; the manifests map components to ServiceAccounts
-(gpuqueue-webhook runs `webhook` and its `certs` init container, gpuqueue-extender runs
-`extender`, gpuqueue-certs runs the `certs` renewal CronJob). `explain` and `kueuectl` (the verbs
-`gpuqueue list|stop|resume|create`) are commands people run with their own credentials; the
-manifests ship their ClusterRoles unbound.
+(gpuqueue-webhook runs `webhook`, gpuqueue-extender runs `extender`, gpuqueue-certs runs `certs`:
+the install Job and the renewal CronJob). The webhook's long-running process only reads: it can
+change neither the webhook configurations nor the certificate Secret it serves. `explain` and
+`kueuectl` (the verbs `gpuqueue list|stop|resume|create`) are commands people run with their own
+credentials; the manifests ship their ClusterRoles unbound.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ CERTS_SECRET = "gpuqueue-certs"
 WEBHOOK_CONFIGURATION = "gpuqueue"
 LEADER_ELECTION_LEASE = "gpuqueue-extender"
 AUTHENTICATION_CONFIGMAP = "extension-apiserver-authentication"
+# The ServiceAccount the controller runs as (the extender's Deployment), and that of the
+# kube-scheduler the install guide runs as a second scheduler.
+CONTROLLER_SERVICE_ACCOUNT = "gpuqueue-extender"
+SCHEDULER_SERVICE_ACCOUNT = "gpuqueue-scheduler"
+
+
+def service_account_user(name: str, namespace: str = INSTALL_NAMESPACE) -> str:
+    """The username the API server gives a ServiceAccount's requests (AdmissionReview userInfo)."""
+    return f"system:serviceaccount:{namespace}:{name}"
 
 KUEUE = "kueue.x-k8s.io"
 COMPONENTS = ("webhook", "extender", "certs", "explain", "kueuectl")
@@ -57,7 +67,9 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("webhook", KUEUE, "cohorts", LIST_WATCH, "refuse cohort cycles"),
     _a("webhook", KUEUE, "workloadpriorityclasses", LIST_WATCH, "default the priority-class label"),
     _a("webhook", "", "namespaces", LIST_WATCH, "managedJobsNamespaceSelector"),
-    # certs: `gpuqueue certs ensure` (init container of the webhook, and the renewal CronJob)
+    _a("webhook", KUEUE, "clusterqueues", LIST_WATCH, "covered resources: which pods need an admission"),
+    _a("webhook", "", "pods", "get", "the pod of a binding made by someone other than the schedulers"),
+    # certs: `gpuqueue certs ensure` (the install Job and the renewal CronJob)
     _a("certs", "", "secrets", "create", "create the certs Secret on first install", install_namespace=True),
     _a("certs", "", "secrets", "get update", "read and renew the certs Secret", install_namespace=True, resource_names=(CERTS_SECRET,)),
     _a("certs", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),

@@ -21,6 +21,7 @@ from tests.webhook_support import api_calls, assert_calls_match_access_table
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "webhook" / "webhookconfigurations.yaml"
 NS, SECRET, CONFIG = access.INSTALL_NAMESPACE, access.CERTS_SECRET, access.WEBHOOK_CONFIGURATION
+HOOKS = {doc["kind"]: len(doc["webhooks"]) for doc in yaml.safe_load_all(MANIFEST.read_text())}
 IDENT = ServingIdentity("gpuqueue-webhook", NS, dns=("gpuqueue-extender",))
 CONFIG_KINDS = {"MutatingWebhookConfiguration": R.MUTATING_WEBHOOK_CONFIGURATIONS,
                 "ValidatingWebhookConfiguration": R.VALIDATING_WEBHOOK_CONFIGURATIONS}
@@ -61,7 +62,7 @@ async def test_first_run_creates_the_secret_and_injects_the_ca_everywhere(api, t
     x509.load_pem_x509_certificate(data["tls.crt"]).verify_directly_issued_by(ca)
     x509.load_pem_x509_certificate(data["scheduler-client.crt"]).verify_directly_issued_by(ca)
     bundle = base64.b64encode(data["ca.crt"]).decode()
-    assert ca_bundles(api) == [bundle] * 4  # two mutating, two validating webhooks in the manifest
+    assert ca_bundles(api) == [bundle] * sum(HOOKS.values())  # every webhook of both configurations
     # the rest of each webhook is untouched
     hook = api.cluster.get(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)["webhooks"][0]
     assert hook["clientConfig"]["service"]["path"] == "/mutate-batch-v1-job" and hook["timeoutSeconds"] == 5
@@ -118,23 +119,36 @@ async def test_a_new_ca_is_injected_again_and_a_wiped_bundle_restored(api):
     ca_start, ca_end = validity_window(secret_data(api)["ca.crt"])
     await run(api, now=ca_start + (ca_end - ca_start) * 0.7)  # the CA itself is past two thirds
     new_bundle = base64.b64encode(secret_data(api)["ca.crt"]).decode()
-    assert ca_bundles(api) == [new_bundle] * 4
+    assert ca_bundles(api) == [new_bundle] * sum(HOOKS.values())
     # someone re-applies the manifest without caBundle (kubectl apply): the next pass puts it back
     doc = next(yaml.safe_load_all(MANIFEST.read_text()))
     current = api.cluster.get(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)
     api.cluster.update(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG, {**doc, "metadata": current["metadata"]})
-    assert ca_bundles(api)[:2] == [None, None]
+    assert ca_bundles(api)[:HOOKS['MutatingWebhookConfiguration']] == [None] * HOOKS['MutatingWebhookConfiguration']
     report = await run(api, now=ca_start + (ca_end - ca_start) * 0.7)
     assert "caBundle injected into MutatingWebhookConfiguration" in report
     assert "ValidatingWebhookConfiguration" not in report
-    assert ca_bundles(api) == [new_bundle] * 4
+    assert ca_bundles(api) == [new_bundle] * sum(HOOKS.values())
 
 
 async def test_missing_webhook_configuration_is_reported_not_fatal(api):
     api.cluster.delete(R.VALIDATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)
     report = await run(api)
     assert f"ValidatingWebhookConfiguration {CONFIG} not found" in report
-    assert ca_bundles_mutating(api) == [base64.b64encode(secret_data(api)["ca.crt"]).decode()] * 2
+    assert ca_bundles_mutating(api) == [base64.b64encode(secret_data(api)["ca.crt"]).decode()] * HOOKS[
+        "MutatingWebhookConfiguration"]
+
+
+async def test_the_install_job_fails_while_a_webhook_configuration_is_missing(api):
+    """With --require-webhook-config (the install Job, the CronJob) a missing configuration fails the
+    run after the rest is done, so the Job tries again: without its caBundle, kube-apiserver could not
+    call the webhook and every pod of a tenant namespace would be refused."""
+    from gpuqueue.certs.ensure import WebhookConfigurationMissing
+
+    api.cluster.delete(R.VALIDATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)
+    with pytest.raises(WebhookConfigurationMissing, match=f"ValidatingWebhookConfiguration {CONFIG} not found"):
+        await ensure(NS, SECRET, IDENT, CONFIG, configuration=api.client_configuration(), require_webhook_config=True)
+    assert secret_data(api) and None not in ca_bundles_mutating(api)
 
 
 def ca_bundles_mutating(api) -> list[str | None]:
@@ -176,4 +190,4 @@ async def test_standin_serves_secrets_and_webhook_configurations_as_built_in_kin
                 {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "eA=="}],
                 _content_type="application/json-patch+json")
         assert e.value.status == 422
-        assert ca_bundles(api) == [None] * 4
+        assert ca_bundles(api) == [None] * sum(HOOKS.values())

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from manifests.tools import render
+from tests.admission_support import matching_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -171,7 +172,7 @@ def test_deployments_are_highly_available(name):
     mounts = {m["name"]: m["mountPath"] for m in main["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert mounts["certs"] == "/etc/gpuqueue/certs" and volumes["certs"]["secret"]["secretName"] == "gpuqueue-certs"
-    # optional: the Secret is created by the init container, after the kubelet set up volumes
+    # optional: the Secret is created by the certs Job, maybe after the kubelet set up volumes
     assert volumes["certs"]["secret"]["optional"] is True
     assert mounts["config"] == "/etc/gpuqueue/config" and volumes["config"]["configMap"]["name"] == "gpuqueue-config"
 
@@ -186,10 +187,12 @@ def test_component_command_lines():
     assert flag(extender["containers"][0], "kubeconfig") is None, "in cluster: the ServiceAccount, not a kubeconfig"
     metrics = {p["name"]: p["containerPort"] for p in extender["containers"][0]["ports"]}["metrics"]
     assert int(flag(extender["containers"][0], "metrics-port")) == metrics
-    init = webhook["initContainers"][0]
-    assert init["args"][:2] == ["certs", "ensure"]
+    assert "initContainers" not in webhook, "the webhook's pod runs nothing with the certs component's rights"
+    install = find("Job", "gpuqueue-certs-install")["spec"]["template"]["spec"]["containers"][0]
+    assert install["args"][:2] == ["certs", "ensure"]
     cron = find("CronJob", "gpuqueue-certs")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    assert cron["args"] == init["args"], "renewal must produce the same certificate as the first install"
+    assert cron["args"] == install["args"], "renewal must produce the same certificate as the first install"
+    assert flag(install, "require-webhook-config") == "", "without its caBundle no webhook can be called: retry"
 
 
 def all_containers():
@@ -209,11 +212,28 @@ def test_command_lines_parse_with_the_real_cli(container, serviceaccount):
         pytest.skip(f"`gpuqueue {container['args'][0]}` is not on this branch yet; its flags are checked once it lands")
     args = parser.parse_args(container["args"])  # SystemExit(2) on an unknown flag
     if container["args"][0] == "webhook":
-        assert args.controller_username == f"system:serviceaccount:{NS}:gpuqueue-extender"
+        assert args.controller_username == [controller_user()]
+
+
+def controller_user() -> str:
+    """The controller runs in the extender's Deployment, as its ServiceAccount."""
+    return f"system:serviceaccount:{NS}:{find('Deployment', 'gpuqueue-extender')['spec']['template']['spec']['serviceAccountName']}"
+
+
+def test_the_webhook_knows_the_controller_by_default():
+    """--controller-username's default is the identity the manifests give the controller (it used to
+    name a ServiceAccount gpuqueue-controller that nothing creates), and the flag takes several."""
+    from gpuqueue.cli import build_parser
+    from gpuqueue.webhook.command import load_settings
+
+    parser = build_parser()
+    assert load_settings(parser.parse_args(["webhook"])).controller_usernames == (controller_user(),)
+    two = parser.parse_args(["webhook", "--controller-username=a", "--controller-username=b"])
+    assert load_settings(two).controller_usernames == ("a", "b")
 
 
 def test_certificate_covers_both_services_and_the_scheduler_url():
-    args = find("Deployment", "gpuqueue-webhook")["spec"]["template"]["spec"]["initContainers"][0]
+    args = find("Job", "gpuqueue-certs-install")["spec"]["template"]["spec"]["containers"][0]
     assert flag(args, "secret") == "gpuqueue-certs"
     assert flag(args, "namespace") == NS
     assert flag(args, "webhook-config") == "gpuqueue"
@@ -246,33 +266,10 @@ def webhooks():
             yield kind, hook
 
 
-def selector_matches(selector: dict, labels: dict) -> bool:
-    for key, value in selector.get("matchLabels", {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions", []):
-        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 def matching_webhooks(kind_filter: str, operation: str, namespace_labels: dict, object_labels: dict, group="batch", resource="jobs"):
-    hits = []
-    for kind, hook in webhooks():
-        if kind != kind_filter:
-            continue
-        if not any(group in r["apiGroups"] and resource in r["resources"] and operation in r["operations"] for r in hook["rules"]):
-            continue
-        if selector_matches(hook.get("namespaceSelector", {}), namespace_labels) and selector_matches(hook.get("objectSelector", {}), object_labels):
-            hits.append(hook["name"])
-    return hits
+    """The names of the webhooks kube-apiserver would call (tests/admission_support.py routes as it does)."""
+    version = {"batch": "v1", "": "v1", "kueue.x-k8s.io": "v1beta2"}[group]
+    return [h["name"] for h in matching_hooks(kind_filter, operation, group, version, resource, namespace_labels, object_labels)]
 
 
 def ns_labels(name, **extra):
@@ -294,9 +291,18 @@ def test_webhook_settings():
         assert (svc["name"], svc["namespace"], svc["port"]) == ("gpuqueue-webhook", NS, 443)
         assert "caBundle" not in hook["clientConfig"], "certs ensure injects it; applying the manifests must not wipe it"
         paths.add(svc["path"])
-        expressions = hook["namespaceSelector"]["matchExpressions"]
-        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NS]} in expressions
-    assert paths == {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue"}
+        (names,) = [e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"]
+        assert names["operator"] == "NotIn" and names["values"][:2] == ["kube-system", NS]
+    assert paths == {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue", "/mutate--v1-pod",
+                     "/validate--v1-pod", "/validate--v1-binding", "/validate-kueue-x-k8s-io-v1beta2-workload"}
+    for path in paths:
+        assert path in {r.resource.canonical for r in webhook_routes()}, f"{path}: the webhook does not serve it"
+
+
+def webhook_routes():
+    from gpuqueue.webhook.app import handlers_without_cluster
+
+    return handlers_without_cluster().app().router.routes()
 
 
 def test_labelled_jobs_are_mutated_and_validated_in_any_user_namespace():
@@ -325,6 +331,55 @@ def test_quota_objects_are_validated():
         for operation in ("CREATE", "UPDATE"):
             hits = matching_webhooks(VALIDATING, operation, {}, {}, group="kueue.x-k8s.io", resource=resource)
             assert hits == ["kueue.gpuqueue.io"], resource
+
+
+def enforcement_section() -> dict:
+    return yaml.safe_load(find("ConfigMap", "gpuqueue-config")["data"]["config.yaml"])["enforcement"]
+
+
+def test_the_configuration_spells_out_the_enforcement_defaults():
+    from gpuqueue.jobframework.enforcement import EnforcementConfig
+
+    section = enforcement_section()
+    assert set(section) == {"mode", "exemptNamespaces", "schedulerNames"}  # resources: the covered ones
+    assert EnforcementConfig.from_kueue_configuration({"enforcement": section}) == EnforcementConfig()
+    assert section["exemptNamespaces"][:2] == ["kube-system", NS]
+
+
+@pytest.mark.parametrize("kind,resource", [(MUTATING, "pods"), (VALIDATING, "pods"), (VALIDATING, "pods/binding"),
+                                           (VALIDATING, "bindings")])
+def test_pod_webhooks_leave_out_exactly_the_exempt_namespaces(kind, resource):
+    """What kube-apiserver never sends (namespaceSelector) and what the webhook lets through (the
+    Configuration's enforcement.exemptNamespaces) are the same namespaces."""
+    from gpuqueue.jobframework.enforcement import DEFAULT_EXEMPT_NAMESPACES
+
+    exempt = enforcement_section()["exemptNamespaces"]
+    assert set(exempt) == set(DEFAULT_EXEMPT_NAMESPACES)
+    for namespace in exempt:
+        assert matching_webhooks(kind, "CREATE", ns_labels(namespace), {}, group="", resource=resource) == []
+    hits = matching_webhooks(kind, "CREATE", ns_labels("team-a"), {}, group="", resource=resource)
+    assert hits == ["binding.gpuqueue.io" if "binding" in resource else "pod.gpuqueue.io"]
+    (hook,) = [h for k, h in webhooks() if k == kind and h["name"] == hits[0]]
+    assert hook["failurePolicy"] == "Fail"
+    (names,) = hook["namespaceSelector"]["matchExpressions"]
+    assert (names["operator"], sorted(names["values"])) == ("NotIn", sorted(exempt))
+
+
+def test_every_pod_of_a_tenant_namespace_is_sent_whatever_its_labels():
+    """A pod cannot opt out with its labels: the pod webhooks have no objectSelector."""
+    for kind in (MUTATING, VALIDATING):
+        assert matching_webhooks(kind, "CREATE", ns_labels("team-a"), {"anything": "x"}, group="", resource="pods")
+        assert matching_webhooks(kind, "UPDATE", ns_labels("team-a"), {}, group="", resource="pods") == []
+
+
+def test_workloads_and_their_status_are_validated():
+    for resource in ("workloads", "workloads/status"):
+        for operation in ("CREATE", "UPDATE"):
+            hits = matching_webhooks(VALIDATING, operation, ns_labels("team-a"), {}, group="kueue.x-k8s.io",
+                                     resource=resource)
+            assert hits == ["workload.gpuqueue.io"], (resource, operation)
+        assert matching_webhooks(VALIDATING, "DELETE", ns_labels("team-a"), {}, group="kueue.x-k8s.io",
+                                 resource=resource) == []
 
 
 def test_the_flame_namespaces_opt_in():

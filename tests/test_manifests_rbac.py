@@ -100,7 +100,7 @@ def declared() -> set[Grant]:
 
 def test_components_run_by_each_serviceaccount():
     assert components_by_serviceaccount() == {
-        "gpuqueue-webhook": {"webhook", "certs"},
+        "gpuqueue-webhook": {"webhook"},
         "gpuqueue-extender": {"extender"},
         "gpuqueue-certs": {"certs"},
     }
@@ -129,6 +129,18 @@ def test_rbac_grants_exactly_the_declared_calls():
     have, need = granted(), declared()
     assert sorted(have - need) == [], "granted but no code declares it in gpuqueue/access.py"
     assert sorted(need - have) == [], "declared in gpuqueue/access.py but not granted by manifests/rbac/"
+
+
+def test_the_webhook_only_reads():
+    """The webhook's long-running process serves every tenant's requests: it may not change the
+    webhook configurations, the certificate Secret it serves, or anything else."""
+    webhook = {(g, r, v) for sa, _scope, g, r, _name, v in granted() if sa == "gpuqueue-webhook"}
+    assert webhook and {v for _g, _r, v in webhook} <= {"get", "list", "watch"}, sorted(webhook)
+    assert not {r for _g, r, _v in webhook} & {"secrets", "mutatingwebhookconfigurations",
+                                               "validatingwebhookconfigurations"}
+    writers = {sa for sa, _s, _g, r, _n, v in granted()
+               if r in ("secrets", "mutatingwebhookconfigurations", "validatingwebhookconfigurations")}
+    assert writers == {"gpuqueue-certs"}
 
 
 def test_secrets_and_leases_only_in_the_install_namespace():

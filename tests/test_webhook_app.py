@@ -18,7 +18,7 @@ from tests.webhook_support import (
     running_webhook,
     wire,
 )
-from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME
+from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.webhook.app import WebhookSettings
@@ -118,18 +118,19 @@ async def test_unsuspend_by_a_user_is_denied(hook):
 
 async def test_unsuspend_by_the_controller_is_allowed(hook):
     doc = load_review("validating-review-request.job-update.unsuspend-via-kubectl-patch.json")
-    doc["request"]["userInfo"]["username"] = DEFAULT_CONTROLLER_USERNAME
+    doc["request"]["userInfo"]["username"] = DEFAULT_CONTROLLER_USERNAMES[0]
     assert (await hook.review(VALIDATE_JOB, doc))["allowed"] is True
 
 
-async def test_controller_account_is_configurable(cert_dir):
-    settings = WebhookSettings(controller_username="system:serviceaccount:ops:queue-bot")
+async def test_controller_accounts_are_configurable(cert_dir):
+    settings = WebhookSettings(controller_usernames=("system:serviceaccount:ops:queue-bot", "system:serviceaccount:ops:b"))
     doc = load_review("validating-review-request.job-update.unsuspend-via-kubectl-patch.json")
     async with running_webhook(cert_dir, settings=settings) as w:
-        doc["request"]["userInfo"]["username"] = DEFAULT_CONTROLLER_USERNAME
+        doc["request"]["userInfo"]["username"] = DEFAULT_CONTROLLER_USERNAMES[0]
         assert (await w.review(VALIDATE_JOB, doc))["allowed"] is False
-        doc["request"]["userInfo"]["username"] = "system:serviceaccount:ops:queue-bot"
-        assert (await w.review(VALIDATE_JOB, doc))["allowed"] is True
+        for user in settings.controller_usernames:
+            doc["request"]["userInfo"]["username"] = user
+            assert (await w.review(VALIDATE_JOB, doc))["allowed"] is True
 
 
 async def test_unsuspend_of_unmanaged_job_is_allowed(hook):

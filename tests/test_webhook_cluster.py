@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 from pathlib import Path
 
 from tests.webhook_support import (
-    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, wire,
+    api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, webhook_args,
+    wire,
 )
 from gpuqueue.webhook.cluster import WatchedQueueView
 from gpuqueue.webhook.command import serve
@@ -53,8 +53,7 @@ async def test_starts_without_cluster_and_warns_once(tmp_path, monkeypatch, capl
     cert_dir = make_cert_dir(tmp_path / "tls")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    args = argparse.Namespace(cert_dir=cert_dir, host="127.0.0.1", port=0, config=None,
-                              controller_username="ctrl", max_body_bytes=1 << 20, cert_check_seconds=60)
+    args = webhook_args(cert_dir, "--controller-username=ctrl", "--max-body-bytes=1048576")
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     task = asyncio.create_task(serve(args, stop))
@@ -76,6 +75,25 @@ async def test_starts_without_cluster_and_warns_once(tmp_path, monkeypatch, capl
     assert len(warnings) == 1 and "no cluster found" in warnings[0].getMessage()
 
 
+async def test_waits_for_its_certificate_instead_of_exiting(tmp_path, monkeypatch, caplog):
+    """On a first install the certs Job may write the Secret after the webhook started: it waits
+    for the files (the kubelet fills in the volume) and serves once they are there."""
+    from gpuqueue.certs.generate import ServingIdentity, generate, write_files
+
+    cert_dir = tmp_path / "not-yet"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO)
+    task = asyncio.create_task(serve(webhook_args(cert_dir, "--cert-check-seconds=0.05"), stop))
+    await eventually(lambda: "no serving certificate in" in caplog.text)
+    assert not task.done()
+    write_files(cert_dir, generate(ServingIdentity(ips=("127.0.0.1",), dns=("localhost",))))
+    await eventually(lambda: "webhook serving on" in caplog.text)
+    stop.set()
+    await task
+
+
 # -- against the API server stand-in, with the real kubernetes_asyncio client ----------------------
 
 import time  # noqa: E402
@@ -86,7 +104,7 @@ from kubernetes_asyncio import client  # noqa: E402
 
 from tests.standin import ApiServer  # noqa: E402
 from tests.standin import resources as R  # noqa: E402
-from gpuqueue.webhook.cluster import watch_cluster  # noqa: E402
+from gpuqueue.webhook.cluster import WATCHED, watch_cluster  # noqa: E402
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -150,12 +168,12 @@ async def test_queue_view_follows_creates_and_deletes(api, watched):
 
 async def test_queue_view_resumes_after_a_dropped_stream(api, watched):
     view = watched
-    assert api.drop_watches() == 4
+    assert api.drop_watches() == len(WATCHED)
     # written while no watch is open: the resumed watches replay it from their last resourceVersion
     api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
     await eventually(lambda: view.local_queue_exists("team-a", "default"))
-    await eventually(lambda: api.open_watches == 4)
-    assert [inf.lists for inf in view.sources] == [1, 1, 1, 1]
+    await eventually(lambda: api.open_watches == len(WATCHED))
+    assert [inf.lists for inf in view.sources] == [1] * len(WATCHED)
 
 
 async def test_queue_view_relists_after_410_and_forgets_what_vanished(api, watched):
@@ -175,10 +193,8 @@ async def test_queue_view_relists_after_410_and_forgets_what_vanished(api, watch
     await eventually(lambda: not view.local_queue_exists("team-a", "default"))
 
 
-async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_path, monkeypatch, caplog):
-    """`gpuqueue webhook` with a kubeconfig: readyz waits for the lists, and a LocalQueue created in
-    the cluster is used as the Job's queue by the next review."""
-    cert_dir = make_cert_dir(tmp_path / "tls")
+def use_standin(api, tmp_path, monkeypatch) -> None:
+    """Point the kubeconfig loader of `gpuqueue webhook` at the stand-in."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "standin",
@@ -187,9 +203,57 @@ async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_p
         "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "u"}}]}))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+async def test_webhook_process_checks_pods_against_a_live_cluster(api, tmp_path, monkeypatch, caplog):
+    """`gpuqueue webhook` with a kubeconfig: the ClusterQueues say which resources need an admission,
+    and a tenant's binding is checked against the pod read from the API."""
+    from tests.admission_support import binding_create, pod, pod_create
+
+    cert_dir = make_cert_dir(tmp_path / "tls")
+    use_standin(api, tmp_path, monkeypatch)
+    api.cluster.create(R.CLUSTER_QUEUES, None, cluster_queue("gpu", "cpu", "memory", "nvidia.com/gpu"))
+    api.cluster.create(R.PODS, "team-a", pod("team-a", gpus=2, name="train-0"))
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO)
+    task = asyncio.create_task(serve(webhook_args(cert_dir), stop))
+    await eventually(lambda: "webhook serving on" in caplog.text)
+    base = f"https://127.0.0.1:{int(caplog.text.split('webhook serving on https://127.0.0.1:')[1].split()[0])}"
+    import aiohttp
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(cert_dir))) as s:
+            async def review(path: str, doc: dict) -> dict:
+                async with s.post(base + path, data=wire(doc)) as r:
+                    return (await r.json())["response"]
+
+            for _ in range(500):
+                async with s.get(f"{base}/readyz") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.01)
+            fpga = pod("team-a", gpus=0, node_name="n1")
+            fpga["spec"]["containers"][0]["resources"]["limits"]["example.com/fpga"] = "1"
+            assert (await review("/validate--v1-pod", pod_create(fpga)))["allowed"] is True  # not covered
+            refused = await review("/validate--v1-pod", pod_create(pod("team-a", gpus=1, node_name="n1")))
+            assert refused["status"]["message"].startswith("spec.nodeName: Forbidden")
+            refused = await review("/validate--v1-binding", binding_create("team-a", "train-0", "n1", "alice"))
+            assert refused["status"]["message"].startswith("target: Forbidden: only the schedulers")
+            allowed = await review("/validate--v1-binding", binding_create("team-a", "train-0", "n1",
+                                                                            "system:kube-scheduler"))
+            assert allowed["allowed"] is True
+    finally:
+        stop.set()
+        await task
+    assert ("GET", "/api/v1/namespaces/team-a/pods/train-0") in api.requests  # read once, for alice
+
+
+async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_path, monkeypatch, caplog):
+    """`gpuqueue webhook` with a kubeconfig: readyz waits for the lists, and a LocalQueue created in
+    the cluster is used as the Job's queue by the next review."""
+    cert_dir = make_cert_dir(tmp_path / "tls")
+    use_standin(api, tmp_path, monkeypatch)
     api.faults.add(r"/localqueues$", method="GET", watch=False, delay=0.3)  # hold the first LIST back
-    args = argparse.Namespace(cert_dir=cert_dir, host="127.0.0.1", port=0, config=None,
-                              controller_username="ctrl", max_body_bytes=1 << 20, cert_check_seconds=60)
+    args = webhook_args(cert_dir, "--controller-username=ctrl", "--max-body-bytes=1048576")
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     task = asyncio.create_task(serve(args, stop))
@@ -227,11 +291,35 @@ async def test_webhook_process_defaults_the_queue_from_a_live_cluster(api, tmp_p
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def cluster_queue(name: str, *covered: str) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"resourceGroups": [{"coveredResources": list(covered), "flavors": [
+                {"name": "gh200", "resources": [{"name": r, "nominalQuota": "8"} for r in covered]}]}]}}
+
+
+async def test_covered_resources_follow_the_clusterqueues(api, watched):
+    """Which resources make a pod need an admission: every resource some ClusterQueue covers."""
+    assert watched.covered_resources() == frozenset()
+    api.cluster.create(R.CLUSTER_QUEUES, None, cluster_queue("gpu", "cpu", "nvidia.com/gpu"))
+    api.cluster.create(R.CLUSTER_QUEUES, None, cluster_queue("fpga", "example.com/fpga"))
+    await eventually(lambda: watched.covered_resources() == {"cpu", "nvidia.com/gpu", "example.com/fpga"})
+    api.cluster.delete(R.CLUSTER_QUEUES, None, "fpga")
+    await eventually(lambda: watched.covered_resources() == {"cpu", "nvidia.com/gpu"})
+    assert WatchedQueueView().covered_resources() is None  # not listed yet: unknown, not "nothing"
+
+
 async def test_calls_are_exactly_those_declared_for_the_webhook(api, watched):
+    from gpuqueue.webhook.cluster import ApiPods
+
     api.cluster.create(R.LOCAL_QUEUES, "team-a", local_queue("team-a"))
     api.drop_watches()
     api.compact()  # re-watches and a relist too: still only list and watch
     await eventually(lambda: all(inf.watch_starts >= 2 for inf in watched.sources))
-    await eventually(lambda: api.open_watches == 4)
+    await eventually(lambda: api.open_watches == len(WATCHED))
     assert max(inf.lists for inf in watched.sources) == 2
+    api.cluster.create(R.PODS, "team-a", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}})
+    async with client.ApiClient(api.client_configuration()) as ac:  # a binding's pod, read on demand
+        pods = ApiPods(ac)
+        assert (await pods.get_pod("team-a", "p"))["metadata"]["name"] == "p"
+        assert await pods.get_pod("team-a", "gone") is None
     assert_calls_match_access_table("webhook", api_calls(api.requests))

@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies.hostile import json_values, mutated
+from tests.admission_support import admit, binding_create, pod, pod_create, workload, workload_write
 from tests.webhook_support import load_review, make_cert_dir, running_webhook, wire
 
-ENDPOINTS = ("/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue")
+ENDPOINTS = ("/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue", "/mutate--v1-pod",
+             "/validate--v1-pod", "/validate--v1-binding", "/validate-kueue-x-k8s-io-v1beta2-workload")
 SEEDS = [
     wire(load_review(name)) for name in (
         "mutating-review-request.job-create.suspend-false.json",
@@ -22,7 +24,11 @@ SEEDS = [
         "validating-review-request.clusterqueue-create.json",
         "validating-review-request.clusterqueue-update.json",
     )
-]
+] + [wire(doc) for doc in (
+    pod_create(pod(gpus=2, node_name="n1", init_gpus=1)),
+    binding_create("team-a", "train-0", "n1", "alice"),
+    workload_write("UPDATE", admit(workload()), workload(), "alice", status=True),
+)]
 
 def hostile_bodies(rng: random.Random, n: int) -> list[bytes]:
     extra = [b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}',
@@ -44,7 +50,7 @@ async def test_thousands_of_hostile_bodies(tmp_path):
     async with running_webhook(make_cert_dir(tmp_path)) as hook:
         async def round_() -> None:
             for i, body in enumerate(bodies):
-                status, answer = await hook.post(ENDPOINTS[i % 3], body)
+                status, answer = await hook.post(ENDPOINTS[i % len(ENDPOINTS)], body)
                 check_answer(status, answer)
 
         await round_()  # warm up caches before measuring

@@ -67,7 +67,9 @@ from gpuqueue.certs.generate import ServingIdentity, generate, write_files  # no
 from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.webhook.kueue_validation import CohortView, NoCohorts  # noqa: E402
 from gpuqueue.jobframework.managed import QueueView, StaticQueueView  # noqa: E402
-from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, start_server  # noqa: E402
+from gpuqueue.listener import ConnectionLimits  # noqa: E402
+from gpuqueue.webhook.cluster import NoPods, PodLookup  # noqa: E402
+from gpuqueue.webhook.app import AdmissionHandlers, RunningServer, WebhookSettings, start_server  # noqa: E402
 
 APISERVER_HEADERS = {
     "User-Agent": "kube-apiserver-admission",
@@ -79,6 +81,14 @@ APISERVER_HEADERS = {
 def make_cert_dir(path: Path) -> Path:
     write_files(path, generate(ServingIdentity(ips=("127.0.0.1",), dns=("localhost",))))
     return path
+
+
+def webhook_args(cert_dir: Path, *flags: str):
+    """`gpuqueue webhook` arguments as the real command line parses them, on 127.0.0.1, a free port."""
+    from gpuqueue.cli import build_parser
+
+    return build_parser().parse_args(["webhook", f"--cert-dir={cert_dir}", "--host=127.0.0.1", "--port=0",
+                                      "--cert-check-seconds=60", *flags])
 
 
 def client_context(cert_dir: Path) -> ssl.SSLContext:
@@ -98,8 +108,13 @@ def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
 class Webhook:
     """A running webhook over TLS plus a client that verifies it against ca.crt."""
 
-    def __init__(self, base: str, session: aiohttp.ClientSession, tls: ReloadingTLS, cert_dir: Path) -> None:
-        self.base, self.session, self.tls, self.cert_dir = base, session, tls, cert_dir
+    def __init__(self, base: str, session: aiohttp.ClientSession, tls: ReloadingTLS, cert_dir: Path,
+                 server: RunningServer) -> None:
+        self.base, self.session, self.tls, self.cert_dir, self.server = base, session, tls, cert_dir, server
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     async def post(self, path: str, body: bytes) -> tuple[int, Any]:
         async with self.session.post(f"{self.base}{path}?timeout=10s", data=body, headers=APISERVER_HEADERS) as resp:
@@ -119,14 +134,18 @@ class Webhook:
 
 @asynccontextmanager
 async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohorts: CohortView | None = None,
-                          settings: WebhookSettings | None = None):
+                          settings: WebhookSettings | None = None, limits: ConnectionLimits = ConnectionLimits(),
+                          covered: frozenset[str] | None = None, pods: PodLookup | None = None):
+    """``covered``: what ClusterQueues cover (None: unknown); ``pods``: how a binding's pod is read
+    (default: no cluster)."""
     tls = ReloadingTLS(cert_dir)
-    handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts())
-    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context)
+    handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts(),
+                                 covered=lambda: covered, pods=pods or NoPods())
+    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context, limits)
     connector = aiohttp.TCPConnector(ssl=client_context(cert_dir))
     session = aiohttp.ClientSession(connector=connector)
     try:
-        yield Webhook(f"https://127.0.0.1:{server.port}", session, tls, cert_dir)
+        yield Webhook(f"https://127.0.0.1:{server.port}", session, tls, cert_dir, server)
     finally:
         await session.close()
         await server.close()

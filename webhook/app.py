@@ -3,24 +3,32 @@
 Every handler answers HTTP 200 with an AdmissionReview echoing the request's uid,
 whatever the body; only a body over the size limit gets HTTP 413 (it is not read,
 so there is no uid to echo). The decisions themselves are the pure functions of
-``gpuqueue.jobframework.mutation``, ``job_validation`` and ``kueue_validation``.
+``gpuqueue.jobframework.mutation``, ``job_validation``, ``kueue_validation``,
+``pod_admission`` and ``workload_validation``; the one I/O a decision makes is reading the
+pod of a binding that no scheduler makes (``PodLookup``).
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from gpuqueue.webhook import review
-from gpuqueue.webhook.fielderrors import aggregate
-from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAME, validate_job
-from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
+from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
+from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
+from gpuqueue.webhook import pod_admission, review
+from gpuqueue.webhook.cluster import NoPods, PodLookup
+from gpuqueue.webhook.fielderrors import aggregate
+from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES, validate_job
+from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
+from gpuqueue.webhook.pod_admission import DEFAULT_SCHEDULER_USERNAMES, PodContext, PodVerdict
+from gpuqueue.webhook.workload_validation import validate_workload
 
 log = logging.getLogger("gpuqueue.webhook")
 
@@ -29,12 +37,20 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 MUTATE_JOB_PATH = "/mutate-batch-v1-job"
 VALIDATE_JOB_PATH = "/validate-batch-v1-job"
 VALIDATE_KUEUE_PATH = "/validate-kueue"
+# Kueue's paths for its pod and Workload webhooks (controller-runtime's /mutate-<group>-<version>-<kind>,
+# the core group being empty); the binding one follows the same pattern.
+MUTATE_POD_PATH = "/mutate--v1-pod"
+VALIDATE_POD_PATH = "/validate--v1-pod"
+VALIDATE_BINDING_PATH = "/validate--v1-binding"
+VALIDATE_WORKLOAD_PATH = "/validate-kueue-x-k8s-io-v1beta2-workload"
 
 
 @dataclass
 class WebhookSettings:
     config: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
-    controller_username: str = DEFAULT_CONTROLLER_USERNAME
+    enforcement: EnforcementConfig = field(default_factory=EnforcementConfig)
+    controller_usernames: tuple[str, ...] = DEFAULT_CONTROLLER_USERNAMES
+    scheduler_usernames: tuple[str, ...] = DEFAULT_SCHEDULER_USERNAMES
     max_body: int = DEFAULT_MAX_BODY
 
 
@@ -46,13 +62,35 @@ def _is_job(req: review.AdmissionRequest) -> bool:
     return req.kind.group == "batch" and req.kind.kind == "Job"
 
 
+def _is_core(req: review.AdmissionRequest, kind: str) -> bool:
+    return req.kind.group == "" and req.kind.kind == kind
+
+
+def _verdict(uid: str, verdict: PodVerdict) -> bytes:
+    if verdict.denial is not None:
+        return review.deny(uid, verdict.denial, warnings=list(verdict.warnings))
+    return review.allow(uid, list(verdict.patch), list(verdict.warnings))
+
+
+def _not_here(req: review.AdmissionRequest, expected: str) -> bytes:
+    return review.bad_request(req.uid, f"kind {req.kind.kind!r} of group {req.kind.group!r} is not served here; "
+                                       f"expected {expected}")
+
+
 class AdmissionHandlers:
+    """``covered``: the resources ClusterQueues cover (None: unknown, every extended resource
+    counts); ``pods``: reads the pod of a binding."""
+
     def __init__(self, settings: WebhookSettings, queues: QueueView, cohorts: CohortView,
-                 ready: Callable[[], bool] = lambda: True) -> None:
+                 ready: Callable[[], bool] = lambda: True,
+                 covered: Callable[[], frozenset[str] | None] = lambda: None,
+                 pods: PodLookup = NoPods()) -> None:
         self.settings = settings
         self.queues = queues
         self.cohorts = cohorts
         self.ready = ready
+        self.covered = covered
+        self.pods = pods
 
     # -- the decisions, on a parsed request ------------------------------------
     def mutate(self, req: review.AdmissionRequest) -> bytes:
@@ -71,7 +109,57 @@ class AdmissionHandlers:
         if not namespace:
             return review.bad_request(req.uid, "request.namespace: Required value: a Job is namespaced")
         denial = validate_job(req.operation, req.object, req.oldObject, req.userInfo.username, namespace,
-                              self.queues, self.settings.config, self.settings.controller_username)
+                              self.queues, self.settings.config, self.settings.controller_usernames)
+        return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
+
+    def _pod_context(self, req: review.AdmissionRequest) -> PodContext:
+        return PodContext(req.namespace, req.userInfo.username, self.settings.enforcement, self.covered())
+
+    def _pod_review(self, req: review.AdmissionRequest, decide) -> bytes:
+        if req.operation != "CREATE":
+            return review.allow(req.uid)
+        if not _is_core(req, "Pod"):
+            return _not_here(req, "Pod of the core group")
+        if not req.namespace:
+            return review.bad_request(req.uid, "request.namespace: Required value: a Pod is namespaced")
+        try:
+            return _verdict(req.uid, decide(req.object, self._pod_context(req)))
+        except ValueError as exc:
+            return review.bad_request(req.uid, f"cannot check this pod: {exc}")
+
+    def mutate_pod(self, req: review.AdmissionRequest) -> bytes:
+        return self._pod_review(req, pod_admission.mutate_pod)
+
+    def validate_pod(self, req: review.AdmissionRequest) -> bytes:
+        return self._pod_review(req, pod_admission.validate_pod)
+
+    async def validate_binding(self, req: review.AdmissionRequest) -> bytes:
+        if req.operation != "CREATE":
+            return review.allow(req.uid)
+        if not _is_core(req, "Binding"):
+            return _not_here(req, "Binding of the core group (pods/binding, bindings)")
+        meta = req.object.get("metadata") if isinstance(req.object, dict) else None
+        name = req.name or (meta.get("name") if isinstance(meta, dict) else None)
+        if not req.namespace or not isinstance(name, str) or not name:
+            return review.bad_request(req.uid, "request.name, request.namespace: Required value: the pod to bind")
+        ctx = self._pod_context(req)
+        usernames = self.settings.scheduler_usernames
+        if pod_admission.binding_is_unchecked(ctx, usernames):
+            return review.allow(req.uid)
+        try:
+            pod = await self.pods.get_pod(req.namespace, name)
+        except LookupError as exc:
+            return _verdict(req.uid, pod_admission.unreadable_pod_binding(ctx, name, str(exc)))
+        try:
+            return _verdict(req.uid, pod_admission.validate_binding(pod, ctx, usernames))
+        except ValueError as exc:
+            return _verdict(req.uid, pod_admission.unreadable_pod_binding(ctx, name, str(exc)))
+
+    def validate_workload(self, req: review.AdmissionRequest) -> bytes:
+        if req.kind.group != KUEUE_GROUP or req.kind.kind != "Workload":
+            return _not_here(req, f"Workload of {KUEUE_GROUP}")
+        denial = validate_workload(req.operation, req.object, req.oldObject, req.userInfo.username,
+                                   self.settings.controller_usernames)
         return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
 
     def validate_kueue(self, req: review.AdmissionRequest) -> bytes:
@@ -86,7 +174,8 @@ class AdmissionHandlers:
         return review.deny(req.uid, f'{req.kind.kind}.{KUEUE_GROUP} "{req.name}" is invalid: {aggregate(errors)}')
 
     # -- HTTP ---------------------------------------------------------------------
-    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]
+                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
         limit = self.settings.max_body
         too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
                               413, "RequestEntityTooLarge")
@@ -98,11 +187,17 @@ class AdmissionHandlers:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 return _json(too_big, 413)
+            except ConnectionError:  # the client left, or was cut off past the body timeout
+                return web.Response(status=408, text="request body not received in time\n")
+            guard = guarded_connection(request.transport)
+            if guard is not None:
+                guard.body_received()
             parsed = review.parse_review(body)
             if isinstance(parsed, review.ReviewError):
                 return _json(review.bad_request(parsed.uid, parsed.message))
             try:
-                return _json(decide(parsed))
+                answer = decide(parsed)
+                return _json(await answer if inspect.isawaitable(answer) else answer)
             except Exception:  # a bug must not become a 5xx (the API server would fail the request anyway)
                 log.exception("unexpected error answering review %s", parsed.uid)
                 return _json(review.deny(parsed.uid, "internal error in the gpuqueue webhook; see its log", 500, "InternalError"))
@@ -122,6 +217,10 @@ class AdmissionHandlers:
         app.router.add_post(MUTATE_JOB_PATH, self._endpoint(self.mutate))
         app.router.add_post(VALIDATE_JOB_PATH, self._endpoint(self.validate_job))
         app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
+        app.router.add_post(MUTATE_POD_PATH, self._endpoint(self.mutate_pod))
+        app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))
+        app.router.add_post(VALIDATE_BINDING_PATH, self._endpoint(self.validate_binding))
+        app.router.add_post(VALIDATE_WORKLOAD_PATH, self._endpoint(self.validate_workload))
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         return app
@@ -130,23 +229,41 @@ class AdmissionHandlers:
 @dataclass
 class RunningServer:
     runner: web.AppRunner
-    port: int
+    listener: GuardedListener
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
 
     async def close(self) -> None:
+        await self.listener.close()
         await self.runner.cleanup()
 
 
-async def start_server(app: web.Application, host: str, port: int, ssl_context) -> RunningServer:
-    """Start serving ``app`` over TLS; port 0 picks a free port (see ``.port``)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+@web.middleware
+async def request_phases(request: web.Request, handler):
+    """Tell the connection's guard when a request's headers are in and when its answer is out."""
+    guard = guarded_connection(request.transport)
+    if guard is not None:
+        guard.request_started()
+    try:
+        return await handler(request)
+    finally:
+        if guard is not None:
+            guard.request_finished()
+
+
+async def start_server(app: web.Application, host: str, port: int, ssl_context,
+                       limits: ConnectionLimits = ConnectionLimits()) -> RunningServer:
+    """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``)."""
+    app.middlewares.append(request_phases)
+    # The listener closes idle connections first (aborting them); aiohttp's own keep-alive timer
+    # would close them gracefully, waiting on the client's close_notify.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout + 5)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
-    await site.start()
-    bound = port
-    server = site._server  # aiohttp exposes the bound sockets only here
-    if server is not None and server.sockets:
-        bound = server.sockets[0].getsockname()[1]
-    return RunningServer(runner, bound)
+    listener = GuardedListener(runner.server, ssl_context, limits)
+    await listener.listen(host, port)
+    return RunningServer(runner, listener)
 
 
 def settle_heap() -> None:

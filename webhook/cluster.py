@@ -1,8 +1,10 @@
-"""The webhook's view of the cluster, kept current by informers (gpuqueue/kube/informer.py).
+"""The webhook's view of the cluster, kept current by informers (gpuqueue/kube/informer.py), and
+the one object it reads on demand (the pod of a binding).
 
 ``WatchedQueueView`` answers the questions of the webhook's decisions (QueueView: does this
 LocalQueue exist, a namespace's labels, the default WorkloadPriorityClass; CohortView: a
-Cohort's parent) from dictionaries of the watched objects kept current by ``apply_event``;
+Cohort's parent; the resources ClusterQueues cover, which make a pod need an admission) from
+dictionaries of the watched objects kept current by ``apply_event``;
 ``watch_cluster`` runs one informer per watched kind (list, then watch; relist on 410, resume
 after a dropped stream) and feeds its add/update/delete callbacks to the view. Without a
 cluster the webhook runs on an empty view: Jobs that carry the queue label are still queued.
@@ -13,14 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION
 
 log = logging.getLogger("gpuqueue.webhook")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
-WATCHED = ("namespaces", "localqueues", "cohorts", "workloadpriorityclasses")
+WATCHED = ("namespaces", "localqueues", "cohorts", "workloadpriorityclasses", "clusterqueues")
+POD_READ_TIMEOUT = 2.0  # seconds; well inside the body timeout and kube-apiserver's webhook timeout
+
+
+def covered_resources(cluster_queue: Mapping[str, Any]) -> frozenset[str]:
+    groups = (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+    return frozenset(r for g in groups if isinstance(g, Mapping) for r in g.get("coveredResources") or []
+                     if isinstance(r, str))
 
 
 class WatchedQueueView:
@@ -29,6 +38,8 @@ class WatchedQueueView:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.cohort_parents: dict[str, str] = {}
         self.default_classes: dict[str, int] = {}  # name -> value, of classes marked default
+        self.covered: dict[str, frozenset[str]] = {}  # ClusterQueue name -> its covered resources
+        self._covered_union: frozenset[str] | None = None
         self.sources: list = []  # the informers feeding this view (see ``informers``)
 
     # QueueView / CohortView
@@ -46,6 +57,14 @@ class WatchedQueueView:
 
     def cohort_parent(self, name: str) -> str | None:
         return self.cohort_parents.get(name)
+
+    def covered_resources(self) -> frozenset[str] | None:
+        """Every resource some ClusterQueue covers; None until the ClusterQueues are listed."""
+        if not any(inf.name == "webhook:clusterqueues" and inf.synced.is_set() for inf in self.sources):
+            return None
+        if self._covered_union is None:
+            self._covered_union = frozenset().union(*self.covered.values())
+        return self._covered_union
 
     def ready(self) -> bool:
         return bool(self.sources) and all(inf.synced.is_set() for inf in self.sources)
@@ -71,6 +90,12 @@ class WatchedQueueView:
                 self.cohort_parents.pop(name, None)
             else:
                 self.cohort_parents[name] = parent
+        elif resource == "clusterqueues":
+            if gone:
+                self.covered.pop(name, None)
+            else:
+                self.covered[name] = covered_resources(obj)
+            self._covered_union = None
         elif resource == "workloadpriorityclasses":
             marked = (meta.get("annotations") or {}).get(DEFAULT_PRIORITY_CLASS_ANNOTATION) == "true"
             if gone or not marked:
@@ -113,3 +138,50 @@ async def watch_cluster(view: WatchedQueueView, configuration=None) -> None:
         finally:
             for inf in running:
                 await inf.stop()
+
+
+class PodLookup(Protocol):
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod as stored, None when it does not exist; LookupError naming the problem when it
+        cannot be read."""
+
+
+class NoPods:
+    """Without a cluster no pod can be read."""
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        raise LookupError("the webhook runs without a cluster")
+
+
+class ApiPods:
+    """Reads pods from the API server (``get pods``), each read within POD_READ_TIMEOUT."""
+
+    def __init__(self, api) -> None:  # a kubernetes_asyncio ApiClient, kept open by the caller
+        from kubernetes_asyncio import client
+
+        self.core = client.CoreV1Api(api)
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        import aiohttp
+        import orjson
+        from kubernetes_asyncio.client.rest import ApiException
+
+        async def read() -> Mapping[str, Any] | None:
+            # Not preloaded (kubernetes_asyncio would build model objects), so an error status
+            # raises nothing by itself.
+            resp = await self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            try:
+                if resp.status == 404:
+                    return None
+                if not 200 <= resp.status < 300:
+                    raise LookupError(f"reading the pod failed: HTTP {resp.status} {resp.reason}")
+                return orjson.loads(await resp.read())
+            finally:
+                resp.release()
+
+        try:
+            return await asyncio.wait_for(read(), POD_READ_TIMEOUT)
+        except ApiException as exc:
+            raise LookupError(f"reading the pod failed: HTTP {exc.status} {exc.reason}") from None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            raise LookupError(f"reading the pod failed: {type(exc).__name__}: {exc}".rstrip(": ")) from None

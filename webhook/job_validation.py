@@ -6,13 +6,15 @@ message, or None when the request is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from gpuqueue import access
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, is_managed, job_queue_name
 
-DEFAULT_CONTROLLER_USERNAME = "system:serviceaccount:gpuqueue-system:gpuqueue-controller"
+# The controller runs in the extender's Deployment, as its ServiceAccount.
+DEFAULT_CONTROLLER_USERNAMES = (access.service_account_user(access.CONTROLLER_SERVICE_ACCOUNT),)
 
 
 def _suspended(job: Mapping[str, Any]) -> bool:
@@ -28,7 +30,7 @@ def validate_job(
     namespace: str,
     queues: QueueView,
     config: ManagedJobsConfig,
-    controller_username: str = DEFAULT_CONTROLLER_USERNAME,
+    controller_usernames: Collection[str] = DEFAULT_CONTROLLER_USERNAMES,
 ) -> str | None:
     if not isinstance(job, Mapping):
         return "object: must be a JSON object"
@@ -46,10 +48,10 @@ def validate_job(
     # in one update must not be a way round the queue.
     managed = is_managed(job, namespace, queues, config) or (old is not None and is_managed(old, namespace, queues, config))
     unsuspends = not _suspended(job) and (old is None or _suspended(old))
-    if managed and unsuspends and username != controller_username:
+    if managed and unsuspends and username not in controller_usernames:
         queue = job_queue_name(job) or job_queue_name(old or {})
         where = f"LocalQueue {queue}" if queue else "its queue"
-        return (f"spec.suspend: Forbidden: only the gpuqueue controller ({controller_username}) may set suspend "
+        return (f"spec.suspend: Forbidden: only the gpuqueue controller ({', '.join(controller_usernames)}) may set suspend "
                 f"to false on a Job managed by gpuqueue; user {username!r} may not. The Job waits in {where} "
                 f"and starts when it is admitted")
     return None

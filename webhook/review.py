@@ -148,8 +148,11 @@ def allow(uid: str, patch: list[dict[str, Any]] | None = None, warnings: list[st
     return _envelope(response)
 
 
-def deny(uid: str, message: str, code: int = 403, reason: str = "Forbidden") -> bytes:
-    return _envelope({"uid": uid, "allowed": False, "status": {"code": code, "reason": reason, "message": message}})
+def deny(uid: str, message: str, code: int = 403, reason: str = "Forbidden", warnings: list[str] | None = None) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": False, "status": {"code": code, "reason": reason, "message": message}}
+    if warnings:
+        response["warnings"] = warnings
+    return _envelope(response)
 
 
 def bad_request(uid: str, message: str) -> bytes:

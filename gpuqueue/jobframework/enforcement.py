@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuqueue.api.core import PodSpec
+from gpuqueue.api.podrequests import pod_requests
+
 STRICT, AUDIT, OFF = "Strict", "Audit", "Off"
 MODES = (STRICT, AUDIT, OFF)
 # Every pod requests these; they are never enforced per pod, only counted in Workloads.
@@ -92,6 +95,11 @@ class EnforcementConfig:
         belong to an admitted workload to run."""
         return self.enforcing and bool(self.checked_requests(namespace, requested, covered))
 
+    def enforced_requests(self, namespace: str, requested: Iterable[str],
+                          covered: Iterable[str] | None = None) -> frozenset[str]:
+        """Those of ``requested`` that make such a pod need an admission (none: it needs none)."""
+        return self.checked_requests(namespace, requested, covered) if self.enforcing else frozenset()
+
     def checked_requests(self, namespace: str, requested: Iterable[str],
                          covered: Iterable[str] | None = None) -> frozenset[str]:
         """The enforced resources among ``requested``, none in an exempt namespace; whatever the
@@ -103,6 +111,12 @@ class EnforcementConfig:
         if enforced is None:
             return frozenset(r for r in requested if r not in BASE_RESOURCES)
         return enforced.intersection(requested)
+
+
+def requested_resources(spec: PodSpec) -> frozenset[str]:
+    """The resources a pod asks a positive amount of, as Kubernetes counts them (containers, init
+    containers and sidecars, overhead; a limit stands in for a missing request)."""
+    return frozenset(name for name, quantity in pod_requests(spec).items() if quantity.value > 0)
 
 
 def _names(section: Mapping[str, Any], field: str, default):

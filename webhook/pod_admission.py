@@ -1,0 +1,191 @@
+"""Pods that need an admission (gpuqueue/jobframework/enforcement.py) cannot go round the
+scheduler extender.
+
+kube-scheduler asks gpuqueue's extender about a pod only when the pod reaches a scheduler
+configured with it (``enforcement.schedulerNames``) and is scheduled at all. So, for a pod that
+needs an admission:
+
+- ``spec.nodeName`` set at creation is refused (naming the field and why): such a pod would be
+  bound to its node without any scheduler;
+- ``spec.schedulerName`` naming another scheduler is set to the first of
+  ``enforcement.schedulerNames`` (mutating), and a pod that still names another after every
+  mutating webhook is refused (validating: another webhook may have changed it after ours);
+- a binding (``pods/binding``, or the older ``bindings``) is refused to anyone but the
+  schedulers' own identities.
+
+In ``Audit`` mode the same verdicts come back as warnings and nothing is changed or refused; in
+``Off`` mode nothing is checked. Pods of exempt namespaces are left alone, and so are the mirror
+pods a kubelet creates for its static pods (they run whatever the API says; refusing them would
+only hide them from the extender's accounting).
+
+Pure functions over the pod as the API server sent it. The mutation is a list of steps
+(``POD_MUTATIONS``) whose verdicts are combined: Kueue's plain-pod integration (queue label,
+scheduling gate), served on the same path, is to be another step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuqueue import access
+from gpuqueue.api.core import Pod
+from gpuqueue.jobframework.enforcement import EnforcementConfig, requested_resources
+
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# The schedulers that may bind pods needing an admission: kube-scheduler (the cluster's own, or
+# a second one run as the install guide says, under gpuqueue's scheduler ServiceAccount).
+DEFAULT_SCHEDULER_USERNAMES = ("system:kube-scheduler", access.service_account_user(access.SCHEDULER_SERVICE_ACCOUNT))
+
+
+@dataclass(frozen=True)
+class PodVerdict:
+    patch: tuple[dict[str, Any], ...] = ()
+    denial: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+ALLOW = PodVerdict()
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """Where the request comes from and what the policy is."""
+    namespace: str
+    username: str
+    enforcement: EnforcementConfig
+    covered: frozenset[str] | None  # resources some ClusterQueue covers; None: unknown
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """The parts of a pod the decisions read."""
+    node_name: str | None
+    scheduler_name: str | None
+    enforced: frozenset[str]  # the requested resources that make it need an admission
+    mirror: bool
+
+
+def pod_facts(pod: Any, ctx: PodContext) -> PodFacts:
+    """Raises ValueError naming the field when ``pod`` is not shaped like a pod."""
+    try:
+        model = Pod.model_validate(pod)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ValueError(".".join(("object", *(str(p) for p in err["loc"]))) + f": {err['msg']}") from None
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):  # the model would take a missing spec for an empty one
+        raise ValueError("object.spec: Required value")
+    node, scheduler = spec.get("nodeName"), spec.get("schedulerName")
+    return PodFacts(
+        node_name=node if isinstance(node, str) and node else None,
+        scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else None,
+        enforced=ctx.enforcement.enforced_requests(ctx.namespace, requested_resources(model.spec), ctx.covered),
+        mirror=MIRROR_POD_ANNOTATION in model.metadata.annotations and ctx.username.startswith("system:node:"))
+
+
+def _requesting(facts: PodFacts, ctx: PodContext) -> str:
+    return f"a pod that requests {', '.join(sorted(facts.enforced))} in namespace {ctx.namespace}"
+
+
+def _schedulers(ctx: PodContext) -> str:
+    return ", ".join(ctx.enforcement.scheduler_names)
+
+
+def _refuse(ctx: PodContext, message: str) -> PodVerdict:
+    """A refusal in Strict mode, a warning in Audit mode."""
+    if ctx.enforcement.refusing:
+        return PodVerdict(denial=message)
+    return PodVerdict(warnings=(f"gpuqueue enforcement is in Audit mode; this would be refused: {message}",))
+
+
+def _node_name(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    return _refuse(ctx, (
+        f"spec.nodeName: Forbidden: {_requesting(facts, ctx)} may not name its node: it must be placed by a "
+        f"scheduler that consults gpuqueue ({_schedulers(ctx)}), which gives it a node only as part of an admitted "
+        f"workload. Leave spec.nodeName out (a nodeSelector or node affinity chooses among nodes)"))
+
+
+def steer_to_extender(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    """The mutating step: refuse ``spec.nodeName``, set ``spec.schedulerName``."""
+    if not facts.enforced or facts.mirror:
+        return ALLOW
+    if facts.node_name is not None:
+        return _node_name(facts, ctx)
+    names = ctx.enforcement.scheduler_names
+    if facts.scheduler_name in names:
+        return ALLOW
+    if not ctx.enforcement.refusing:
+        return _refuse(ctx, f"spec.schedulerName: {facts.scheduler_name!r} is not a scheduler that consults gpuqueue "
+                            f"({_schedulers(ctx)})")
+    # "add" replaces a member that exists and creates one that does not: valid either way.
+    return PodVerdict(
+        patch=({"op": "add", "path": "/spec/schedulerName", "value": names[0]},),
+        warnings=(f"spec.schedulerName: set to {names[0]!r} (was {facts.scheduler_name or 'unset'!r}): "
+                  f"{_requesting(facts, ctx)} is placed by a scheduler that consults gpuqueue",))
+
+
+def check_steered(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    """The validating step: the pod as it will be stored, after every mutating webhook."""
+    if not facts.enforced or facts.mirror:
+        return ALLOW
+    if facts.node_name is not None:
+        return _node_name(facts, ctx)
+    if facts.scheduler_name not in ctx.enforcement.scheduler_names:
+        return _refuse(ctx, (
+            f"spec.schedulerName: Forbidden: {_requesting(facts, ctx)} must be scheduled by a scheduler that consults "
+            f"gpuqueue ({_schedulers(ctx)}), not {facts.scheduler_name or 'unset'!r} (another mutating webhook set it "
+            f"after gpuqueue's)"))
+    return ALLOW
+
+
+PodStep = Callable[[PodFacts, PodContext], PodVerdict]
+POD_MUTATIONS: tuple[PodStep, ...] = (steer_to_extender,)
+POD_VALIDATIONS: tuple[PodStep, ...] = (check_steered,)
+
+
+def combine(verdicts: list[PodVerdict]) -> PodVerdict:
+    """The first denial wins; otherwise the patches and warnings of every step, in order."""
+    warnings = tuple(w for v in verdicts for w in v.warnings)
+    for v in verdicts:
+        if v.denial is not None:
+            return PodVerdict(denial=v.denial, warnings=warnings)
+    return PodVerdict(patch=tuple(op for v in verdicts for op in v.patch), warnings=warnings)
+
+
+def mutate_pod(pod: Any, ctx: PodContext) -> PodVerdict:
+    facts = pod_facts(pod, ctx)
+    return combine([step(facts, ctx) for step in POD_MUTATIONS])
+
+
+def validate_pod(pod: Any, ctx: PodContext) -> PodVerdict:
+    facts = pod_facts(pod, ctx)
+    return combine([step(facts, ctx) for step in POD_VALIDATIONS])
+
+
+def binding_is_unchecked(ctx: PodContext, scheduler_usernames: Collection[str]) -> bool:
+    """Whether a binding is allowed without looking at its pod: enforcement off, an exempt
+    namespace, or one of the schedulers binding."""
+    return not ctx.enforcement.enforcing or ctx.enforcement.exempt(ctx.namespace) or ctx.username in scheduler_usernames
+
+
+def validate_binding(pod: Any, ctx: PodContext, scheduler_usernames: Collection[str]) -> PodVerdict:
+    """A binding of ``pod`` (as stored; None when it does not exist) by ``ctx.username``."""
+    if pod is None or binding_is_unchecked(ctx, scheduler_usernames):
+        return ALLOW
+    facts = pod_facts(pod, ctx)
+    if not facts.enforced:
+        return ALLOW
+    return _refuse(ctx, (
+        f"target: Forbidden: only the schedulers that consult gpuqueue ({', '.join(scheduler_usernames)}) may bind "
+        f"{_requesting(facts, ctx)}; user {ctx.username!r} may not: the pod must be scheduled, so that it gets a node "
+        f"only as part of an admitted workload"))
+
+
+def unreadable_pod_binding(ctx: PodContext, name: str, problem: str) -> PodVerdict:
+    """When the pod of a binding cannot be read, the binding is refused (Strict) or warned about."""
+    return _refuse(ctx, f"target: Forbidden: cannot check whether pod {ctx.namespace}/{name} needs an admission "
+                        f"before binding it ({problem}); only the schedulers that consult gpuqueue may bind it now")
