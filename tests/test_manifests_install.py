@@ -423,3 +423,17 @@ def test_the_two_scheduler_config_versions_agree():
     v1, v1beta3 = yaml.safe_load(data["config.yaml"]), yaml.safe_load(data["config-v1beta3.yaml"])
     v1.pop("apiVersion"), v1beta3.pop("apiVersion")
     assert v1 == v1beta3
+
+
+def test_long_running_servers_never_mount_the_ca_key_or_the_scheduler_client_key():
+    """A webhook or extender pod that is broken into must not yield the key that signs every
+    certificate, nor kube-scheduler's client key (with it anyone could call the extender's verbs)."""
+    for name in ("gpuqueue-webhook", "gpuqueue-extender"):
+        pod = find("Deployment", name)["spec"]["template"]
+        for volume in pod["spec"].get("volumes") or ():
+            secret = volume.get("secret")
+            if secret is None or secret.get("secretName") != "gpuqueue-certs":
+                continue
+            keys = {item["key"] for item in secret.get("items") or ()}
+            assert keys, f"{name} mounts the whole Secret gpuqueue-certs"
+            assert not keys & {"ca.key", "scheduler-client.key"}, f"{name} mounts {sorted(keys)}"
