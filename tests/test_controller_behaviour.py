@@ -180,7 +180,7 @@ async def test_on_1_24_a_job_its_owner_started_cannot_take_a_flavor_and_says_why
         assert h.job("ml", "early")["spec"]["suspend"] is True
         assert "admission" not in h.workload_of("ml", "early")["status"]
         assert any(e["reason"] == "AdmissionRefused" for e in h.api.cluster.store.kind("events").values())
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 

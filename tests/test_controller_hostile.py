@@ -126,7 +126,7 @@ async def test_parallelism_raised_on_an_admitted_job_evicts_and_requeues_it(owne
         assert (requeued["status"], requeued["reason"]) == ("True", "NoMatchingWorkload")
         reasons = [(t, r) for t, r, _ in events(h, "team-c", "c-wide")]
         assert ("Normal", "Stopped") in reasons and ("Normal", "UpdatedWorkload") in reasons
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -141,7 +141,7 @@ async def test_parallelism_lowered_on_an_admitted_job_is_requeued_too():
         await eventually(lambda: h.running("team-c", "c-pair") and reserved(h, "team-c", "c-pair"), WAIT,
                          "admitted again with one pod")
         assert h.workload_of("team-c", "c-pair")["status"]["admission"]["podSetAssignments"][0]["count"] == 1
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -172,7 +172,7 @@ async def test_requests_raised_on_a_pending_job_update_its_workload(owned_by):
         await eventually(lambda: h.running("team-c", "c-grow"), WAIT, "admitted for 3")
         usage = h.workload_of("team-c", "c-grow")["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
         assert usage == {"nvidia.com/gpu": "3"}
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -207,7 +207,7 @@ async def test_template_edits_of_a_pending_job_count_as_kubernetes_counts_them(e
         await eventually(lambda: h.running("team-c", "c-x"), WAIT, "admitted for 4")
         usage = h.workload_of("team-c", "c-x")["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
         assert usage == {"nvidia.com/gpu": "4"}
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -230,7 +230,7 @@ async def test_requests_raised_on_an_admitted_job_while_the_controller_is_down()
         assert suspended(h, "team-c", "c-1") and not pods_of(h, "team-c", "c-1")
         assert W.condition(h.workload_of("team-c", "c-1"), "Evicted")["message"] == (
             "The Job no longer matches its Workload: pod set main nvidia.com/gpu per pod 1 -> 4")
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -260,7 +260,7 @@ async def test_queue_label_removed_while_suspended_keeps_the_job_managed(owned_b
             await h.finish_job(*finished)
         await eventually(lambda: h.running("team-c", "c-big") and reserved(h, "team-c", "c-big"), WAIT,
                          "admitted in its queue without the label")
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -287,7 +287,7 @@ async def test_queue_label_changed_on_a_pending_job_moves_it():
         await eventually(lambda: h.running("team-c", "c-big"), WAIT, "admitted in the new queue")
         wl = h.workload_of("team-c", "c-big")
         assert wl["spec"]["queueName"] == "spare" and wl["status"]["admission"]["clusterQueue"] == "spare"
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -308,7 +308,7 @@ async def test_manage_jobs_without_queue_name_suspends_a_job_each_time_it_runs()
             await tenant_edit(h, "team-x", "free-ride", lambda j: j["spec"].update(suspend=False))
         await eventually(lambda: suspended(h, "team-x", "free-ride") and not pods_of(h, "team-x", "free-ride"),
                          WAIT, "suspended once more")
-        h.pods.assert_held()
+        await h.pods.held()
 
 
 # -- restarts -------------------------------------------------------------------------------------------------
@@ -329,7 +329,7 @@ async def test_restart_counts_a_reservation_whose_job_lost_its_label():
                          and sum(pending_message(h, "team-c", n) is not None for n in ("c-5", "c-6", "c-7")) == 1,
                          WAIT, "two of three admitted")
         assert h.running("team-c", "c-1") and reserved(h, "team-c", "c-1")
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -358,7 +358,7 @@ async def test_restart_counts_a_reservation_whose_job_is_gone_until_its_pods_are
         h.api.cluster.update(R.PODS, "team-c", pod["metadata"]["name"], body, subresource="status", verb="kubelet")
         await eventually(lambda: all(h.running("team-c", n) for n in names), WAIT, "the third admitted")
         assert h.api.cluster.store.get(R.WORKLOADS.storage_key, ("team-c", wl_name)) is None
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -391,7 +391,7 @@ async def test_a_reservation_forged_on_a_pending_workload_is_set_back():
         await tenant_edit(h, "team-c", "c-x", lambda j: j["spec"].update(suspend=False))
         await eventually(lambda: suspended(h, "team-c", "c-x") and not pods_of(h, "team-c", "c-x"), WAIT,
                          "suspended again")
-        h.pods.assert_held()
+        await h.pods.held()
 
 
 async def test_an_admission_edited_on_an_admitted_workload_is_set_back():
@@ -406,7 +406,7 @@ async def test_an_admission_edited_on_an_admitted_workload_is_set_back():
         await h.kube.replace(K.WORKLOADS, forged, "status")
         await eventually(lambda: h.workload_of("team-c", "c-1")["status"]["admission"] == before, WAIT, "set back")
         assert reserved(h, "team-c", "c-1") and h.running("team-c", "c-1")
-        h.pods.assert_held()
+        await h.pods.held()
         assert h.observer.violations == []
 
 
@@ -445,7 +445,7 @@ async def test_owner_unsuspends_a_job_whose_admission_waits_for_its_victims():
         await eventually(lambda: all(h.running("team-a", n) and reserved(h, "team-a", n) for n in waiting), WAIT,
                          "admitted once the victims' pods are gone")
         release_terminating_pods(h)
-        h.pods.assert_held(max_span=2.0)
+        await h.pods.held(max_span=2.0)
         assert h.observer.violations == []
 
 
@@ -462,5 +462,5 @@ async def test_owner_unsuspends_a_victim_during_its_eviction():
         await eventually(lambda: all(h.running("team-a", n) for n in waiting), WAIT, "preemptors running")
         assert not any(h.running("team-c", n) for n in victims)
         release_terminating_pods(h)
-        h.pods.assert_held(max_span=2.0)
+        await h.pods.held(max_span=2.0)
         assert h.observer.violations == []
