@@ -46,45 +46,60 @@ async def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) ->
     await h.pods.held()
 
 
-async def drop_label_and_run(h: Harness, ns: str, name: str) -> None:
-    """What the owner of a Job does while no controller runs (issue 19 case 4): suspends it, removes
-    its queue label, starts it again."""
-    for change in (lambda j: j["spec"].update(suspend=True),
-                   lambda j: j["metadata"].get("labels", {}).pop("kueue.x-k8s.io/queue-name", None),
-                   lambda j: j["spec"].update(suspend=False)):
-        await h.edit(K.JOBS, ns, name, change)
+async def killed_during_flame(h: Harness, kill_when, while_down) -> list[dict]:
+    """FLAME's flow with its controller killed when `kill_when()` returns, `while_down()` done
+    while none runs, then a second one started; the final state checked. Returns FLAME's Jobs."""
+    objects, jobs, later = scenario("flame.yaml")
+    for obj in objects:
+        await h.apply(obj)
+    first = await h.controller(identity="first")
+
+    async def killer():
+        await kill_when()
+        await h.kill(first)  # cancels whatever it was writing, mid-flight
+        await while_down()
+        await h.controller(identity="second")
+
+    kill = asyncio.create_task(killer())
+    await flame_flow(h, jobs, later, timeout=10)
+    await kill
+    await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
+                     what="status after restart")
+    await assert_final_state(h, jobs, later)
+    return jobs
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_killed_at_a_random_point_and_restarted(seed):
+    rng = random.Random(seed)
+    async with Harness(pod_deletion_delay=0.05) as h:
+        await killed_during_flame(h, lambda: asyncio.sleep(rng.uniform(0.0, 0.6)),
+                                  lambda: asyncio.sleep(rng.uniform(0.0, 0.2)))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_killed_at_a_random_point_while_an_owner_drops_its_label(seed):
     """The restart above, at a random point once c-1 is queued, with the owner of c-1 suspending it,
-    removing its label and starting it again while no controller runs (a Job with no Workload yet
-    is, without its label, one gpuqueue never queued: the extender's to refuse). The new leader
-    still counts c-1 (it owns a Workload), the quota
-    holds over what runs, and the end is the same (1.36 rules: a Job its owner started may still
-    take its flavor's nodeSelector)."""
+    removing its label and starting it again while no controller runs (issue 19 case 4; a Job
+    with no Workload yet is, without its label, one gpuqueue never queued: the extender's to
+    refuse). The new leader still counts c-1 - it owns a Workload - so a Job asking for more than
+    the 2 free GPUs waits; the quota holds over what runs. (1.36 rules: a Job its owner started
+    may still take its flavor's nodeSelector.)"""
     rng = random.Random(seed)
-    objects, jobs, later = scenario("flame.yaml")
     async with Harness(pod_deletion_delay=0.05, kubernetes_minor=36) as h:
         h.api.job_controller.keep_start_time_on_suspend = False
-        for obj in objects:
-            await h.apply(obj)
-        first = await h.controller(identity="first")
 
-        async def killer():
+        async def once_c1_is_queued():
             await eventually(lambda: h.workload_of("team-c", "c-1") is not None, what="c-1 queued")
             await asyncio.sleep(rng.uniform(0.0, 0.5))
-            await h.kill(first)
-            await drop_label_and_run(h, "team-c", "c-1")
-            await h.controller(identity="second")
 
-        kill = asyncio.create_task(killer())
-        await flame_flow(h, jobs, later, timeout=10)
-        await kill
-        await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
-                         what="status after restart")
-        await assert_final_state(h, jobs, later)
-        # 2 GPUs are free, with c-1 counted: a Job asking for 3 waits
+        async def owner_drops_the_label():
+            for change in (lambda j: j["spec"].update(suspend=True),
+                           lambda j: j["metadata"].get("labels", {}).pop("kueue.x-k8s.io/queue-name", None),
+                           lambda j: j["spec"].update(suspend=False)):
+                await h.edit(K.JOBS, "team-c", "c-1", change)
+
+        jobs = await killed_during_flame(h, once_c1_is_queued, owner_drops_the_label)
         extra = copy.deepcopy(jobs[-1])
         extra["metadata"] = {"namespace": "team-c", "name": "c-extra"}
         extra["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 3
@@ -95,29 +110,6 @@ async def test_killed_at_a_random_point_while_an_owner_drops_its_label(seed):
         assert not h.running("team-c", "c-extra")
         assert h.observer.violations == []
         await h.pods.held()
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_killed_at_a_random_point_and_restarted(seed):
-    rng = random.Random(seed)
-    objects, jobs, later = scenario("flame.yaml")
-    async with Harness(pod_deletion_delay=0.05) as h:
-        for obj in objects:
-            await h.apply(obj)
-        first = await h.controller(identity="first")
-
-        async def killer():
-            await asyncio.sleep(rng.uniform(0.0, 0.6))
-            await h.kill(first)  # cancels whatever it was writing, mid-flight
-            await asyncio.sleep(rng.uniform(0.0, 0.2))
-            await h.controller(identity="second")
-
-        kill = asyncio.create_task(killer())
-        await flame_flow(h, jobs, later, timeout=10)
-        await kill
-        await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
-                         what="status after restart")
-        await assert_final_state(h, jobs, later)
 
 
 async def test_restarted_leader_rebuilds_usage_before_admitting():

@@ -1,8 +1,10 @@
 """The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
-engine's decisions into writes (workload_writes.py, jobs.py).
+engine's decisions into writes (workload_writes.py, jobs.py). Every change of a tracked Job is
+held against what the engine holds for it (equivalence.py): its pod sets, its queue, whether it
+may run; a Job stays tracked while it owns a Workload that is not finished, whatever its labels.
 
 Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
-(`Workload.status.admission` first, before any pass), so nothing is admitted twice.
+(every Workload holding a reservation first, before any pass), so nothing is admitted twice.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.departures import Departures, spec_from_admission
-from gpuqueue.extender.controller.equivalence import admission_mismatch, same_pod_sets
+from gpuqueue.extender.controller.equivalence import admission_mismatch
+from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
@@ -38,10 +41,6 @@ from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_managed
 
 log = logging.getLogger("gpuqueue.controller")
-# Kueue's stop reason, and its Event, for a Job that no longer matches its Workload
-# (jobframework.StopReasonNoMatchingWorkload): the reason of the Evicted condition here.
-NO_MATCHING_WORKLOAD = "NoMatchingWorkload"
-NO_MATCHING_WORKLOAD_EVENT = "No matching Workload; restoring pod templates according to existent Workload"
 
 
 class Controller:
@@ -78,6 +77,8 @@ class Controller:
                                               self.metrics.preemptions, self.priorities, self.priority_of,
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided)
+        self.following = Following(self, self.job_steering.adapter, self.workload_writes, self._submit,
+                                   self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
@@ -230,7 +231,7 @@ class Controller:
         if how:
             self._finish(st, how)
             return
-        self._follow(st, job)
+        self.following.follow(st, job)
         self._steer(st, job)
         self.job_steering.poke(st.uid)
 
@@ -246,63 +247,6 @@ class Controller:
             w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
             if w is not None:
                 self.job_steering.ensure_running(st, w.admission)
-
-    def _follow(self, st: JobState, job: dict) -> None:
-        """The Job as it is now, against what the engine holds for it (Kueue's EquivalentToWorkload,
-        equivalence.py): an admitted Job whose pods no longer match its reservation is evicted and
-        queued again with its new pod sets; a pending one's pod sets and LocalQueue are updated."""
-        adapter = self.job_steering.adapter
-        queue = queue_name_of(job, st.queue_name)
-        generation = adapter.generation(job)
-        if generation == st.generation and queue == st.queue_name:
-            return
-        engine = self.engine
-        if engine is None:
-            return
-        try:
-            pod_sets = adapter.pod_sets(job)
-        except (ValidationError, ValueError):
-            return  # the pass that queued it says why it cannot be read
-        st.generation = generation
-        if st.phase == "admitted":
-            w = engine.state.admitted.get(st.key)
-            changed = admission_mismatch(pod_sets, w.admission) if w is not None else None
-            if changed:
-                self._requeue_changed(st, job, changed)
-            return  # a queue label changed while admitted moves the Job once it is pending again (Kueue)
-        p = engine.pending.get(st.key)
-        if p is None:
-            return  # blocked: queued again later from the Job as it is then
-        if same_pod_sets(p.spec.pod_sets, pod_sets) and queue == st.queue_name:
-            return
-        st.queue_name = queue
-        engine.delete(st.key)
-        self._submit(st, job, queued_at=p.queue_ts[0])
-        self.workload_writes.update_spec(st)
-        self.mark_dirty()
-
-    def _requeue_changed(self, st: JobState, job: dict, changed: str) -> None:
-        """Kueue stops such a Job and deletes its Workload, which gives its quota back while its
-        pods still run. Here it is evicted like a preemption victim (its quota counts until its
-        pods are gone), then its Workload is updated and it is queued again with its new pod sets,
-        in the queue its label names now."""
-        engine = self.engine
-        w = engine.state.admitted[st.key]
-        now = time.time()
-        engine.evict(st.key, now)
-        engine.delete(st.key)
-        st.queue_name = queue_name_of(job, st.queue_name)
-        message = f"The Job no longer matches its Workload: {changed}"
-
-        async def fixed() -> str:
-            return message
-
-        self.workload_writes.evict(st, NO_MATCHING_WORKLOAD, fixed, None, w.admission.cluster_queue,
-                                   event_message=NO_MATCHING_WORKLOAD_EVENT, admission=w.admission)
-        self._submit(st, job, queued_at=now)
-        st.phase = "evicting"  # _submit made it pending: its eviction is still under way
-        self.workload_writes.update_spec(st)
-        self.mark_dirty()
 
     def _on_job_delete(self, job: dict) -> None:
         st = self.jobs.get(object_key(job))
@@ -482,13 +426,16 @@ class Controller:
         st.phase = "admitted"
         st.maybe_reserved = True
         if W.is_true(wl, "Evicted"):
-            # the last leader died half-way through an eviction: finish it
+            # the last leader died half-way through an eviction: finish it (it is queued again with
+            # the Job as it is now, and its Workload told so once the reservation is cleared)
             engine.evict(st.key, now)
             self.workload_writes.resume_eviction(st, adm.cluster_queue)
+            if W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+                self.workload_writes.update_spec(st)
             return
         changed = admission_mismatch(spec.pod_sets, adm)
         if changed:  # its pods were changed while no leader ran (or the record was)
-            self._requeue_changed(st, job, changed)
+            self.following.requeue_changed(st, job, changed)
         else:
             self._steer(st, job)
 
