@@ -410,6 +410,31 @@ async def test_an_admission_edited_on_an_admitted_workload_is_set_back():
         assert h.observer.violations == []
 
 
+async def test_a_second_workload_with_a_forged_reservation_is_deleted():
+    """A tenant makes a Workload of its own for its pending Job and gives it a reservation:
+    one Workload per Job, gpuqueue's; Kueue deletes the others too."""
+    async with Harness() as h:
+        await flame_running(h)
+        await fill_cohort(h)
+        job = await h.submit(gpu_job("team-c", "c-x", 1))
+        await eventually(lambda: pending_message(h, "team-c", "c-x") is not None, WAIT, "c-x pending")
+        mine = copy.deepcopy(h.workload_of("team-c", "c-x"))
+        mine["metadata"] = {"name": "mine", "namespace": "team-c", "labels": mine["metadata"]["labels"],
+                            "ownerReferences": mine["metadata"]["ownerReferences"]}
+        mine.pop("status")
+        created = await h.kube.create(K.WORKLOADS, "team-c", mine)
+        created["status"] = {"admission": {"clusterQueue": "group-c", "podSetAssignments": [
+            {"name": "main", "flavors": {"nvidia.com/gpu": "gh200"}, "resourceUsage": {"nvidia.com/gpu": "1"},
+             "count": 1}]}, "conditions": W.set_condition([], "QuotaReserved", "True", "QuotaReserved",
+                                                          "Quota reserved in ClusterQueue group-c", W.now_rfc3339())}
+        await h.kube.replace(K.WORKLOADS, created, "status")
+        await eventually(lambda: h.api.cluster.store.get(R.WORKLOADS.storage_key, ("team-c", "mine")) is None, WAIT,
+                         "deleted")
+        assert ("Normal", "DeletedWorkload", "Deleted not matching Workload: team-c/mine") in events(h, "team-c", "c-x")
+        assert suspended(h, "team-c", "c-x") and job["metadata"]["uid"] == h.job("team-c", "c-x")["metadata"]["uid"]
+        await h.pods.held()
+
+
 # -- suspend races ------------------------------------------------------------------------------------------------
 
 async def reclaim_held(h: Harness) -> list[str]:

@@ -263,9 +263,12 @@ class Controller:
         if not self.recovered or _reservation_view(old) == _reservation_view(wl):
             return
         st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
-        if st is None or st.wl_name != wl["metadata"]["name"]:
+        if st is None:
             return
-        if not self.workload_writes.record_is_true(st, wl):
+        if st.wl_name != wl["metadata"]["name"]:
+            if W.shows_reservation(wl) and W.owner_uid(wl) == st.uid:
+                self.workload_writes.delete_extra(st, wl)  # one Workload per Job, gpuqueue's
+        elif not self.workload_writes.record_is_true(st, wl):
             self.workload_writes.set_back(st)
 
     def _on_workload_delete(self, wl: dict) -> None:
@@ -381,8 +384,14 @@ class Controller:
             if self.is_managed(job, wl):
                 st = self._rebuild(job, wl)
                 tracked.add(f"{st.namespace}/{st.wl_name}")
+        live = {st.uid: st for st in self.jobs.values()}
         for wl in self.informers["workloads"].list():
-            if W.holds_reservation(wl) and object_key(wl) not in tracked:
+            if not W.holds_reservation(wl) or object_key(wl) in tracked:
+                continue
+            owner = live.get(W.owner_uid(wl))
+            if owner is not None and owner.phase != "finished":
+                self.workload_writes.delete_extra(owner, wl)  # a second one for a tracked Job: not gpuqueue's
+            else:
                 self.departures.restore(wl)
 
     def _rebuild(self, job: dict, wl: dict | None) -> JobState:

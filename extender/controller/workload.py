@@ -168,12 +168,21 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     return None
 
 
-def owner_job(obj: dict) -> str:
-    """The name of the Job that controls `obj` ("" if none)."""
+def _job_owner(obj: dict) -> dict:
     for ref in obj["metadata"].get("ownerReferences") or ():
         if ref.get("kind") == "Job" and ref.get("controller"):
-            return ref.get("name", "")
-    return ""
+            return ref
+    return {}
+
+
+def owner_job(obj: dict) -> str:
+    """The name of the Job that controls `obj` ("" if none)."""
+    return _job_owner(obj).get("name", "")
+
+
+def owner_uid(obj: dict) -> str:
+    """The UID of the Job that controls `obj` ("" if none)."""
+    return _job_owner(obj).get("uid", "")
 
 
 # -- conditions -----------------------------------------------------------------------------------------

@@ -380,6 +380,19 @@ class WorkloadWrites:
 
         self.writes.chain(st.key, write, release=rid)
 
+    def delete_extra(self, st: JobState, wl: dict) -> None:
+        """A second Workload of a tracked Job (not the one gpuqueue made for it) showing a
+        reservation: deleted, as Kueue deletes the Workloads of a Job beyond the one that matches
+        it. Its reservation was never the engine's, so it is no release."""
+        meta = wl["metadata"]
+
+        async def write():
+            if await self.kube.delete(K.WORKLOADS, meta["namespace"], meta["name"], uid=meta.get("uid")) is not None:
+                self.events.event(st, "DeletedWorkload",
+                                  f"Deleted not matching Workload: {meta['namespace']}/{meta['name']}")
+
+        self.writes.chain(st.key, write)
+
 
 UNSETTLED = object()
 
