@@ -410,6 +410,31 @@ async def test_an_admission_edited_on_an_admitted_workload_is_set_back():
         assert h.observer.violations == []
 
 
+@pytest.mark.parametrize("restart", [False, True])
+async def test_finished_forged_on_an_admitted_workload_is_set_back(restart):
+    """A Finished Workload counts for nothing (a new leader, the quota's record): the tenant
+    declares its running c-1's Workload Finished - and, for the restart, removes c-1's label too
+    while no controller runs. Only the Job's end finishes a Workload."""
+    async with Harness() as h:
+        ctl, _ = await flame_running(h)
+        if restart:
+            await h.kill(ctl)
+        wl = copy.deepcopy(h.workload_of("team-c", "c-1"))
+        wl["status"]["conditions"] = W.set_condition(wl["status"]["conditions"], "Finished", "True", "Succeeded",
+                                                     "Job finished successfully", W.now_rfc3339())
+        await h.kube.replace(K.WORKLOADS, wl, "status")
+        if restart:
+            await tenant_edit(h, "team-c", "c-1", drop_label)
+            await h.submit(gpu_job("team-c", "c-extra", 3))
+            await h.controller(identity="second")
+        await eventually(lambda: W.condition(h.workload_of("team-c", "c-1"), "Finished") is None, WAIT, "set back")
+        assert reserved(h, "team-c", "c-1") and h.running("team-c", "c-1")
+        if restart:
+            await eventually(lambda: pending_message(h, "team-c", "c-extra") == COHORT_FULL_MESSAGE.format(1), WAIT,
+                             "c-extra waits: c-1 still counts")
+        await h.pods.held()
+
+
 async def test_a_second_workload_with_a_forged_reservation_is_deleted():
     """A tenant makes a Workload of its own for its pending Job and gives it a reservation:
     one Workload per Job, gpuqueue's; Kueue deletes the others too."""

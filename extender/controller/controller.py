@@ -402,6 +402,10 @@ class Controller:
             if wl is not None and not W.is_true(wl, "Finished"):
                 self.workload_writes.finish_workload(st, finished)
             return st
+        if wl is not None and W.is_true(wl, "Finished"):
+            # the Job has not finished: someone else wrote that (set back below); judged without it
+            self.workload_writes.set_back(st)
+            wl = W.without_condition(W.status_copy(wl), "Finished")
         if wl is None:
             self.workload_writes.ensure_workload(st)
         elif W.holds_reservation(wl):
@@ -480,12 +484,14 @@ class Controller:
 
 
 def _open(workload: dict | None, job: dict) -> bool:
-    """A Workload of this Job that is not finished: the Job holds or waits for quota."""
-    if workload is None or W.is_true(workload, "Finished"):
+    """A Workload of this Job that is not finished - or says so while the Job is not (only the
+    Job's end finishes it): the Job holds or waits for quota."""
+    if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
         return False
-    return any(ref.get("uid") == job["metadata"]["uid"] for ref in workload["metadata"].get("ownerReferences") or ())
+    return not W.is_true(workload, "Finished") or not W.job_finished(job)
 
 
 def _reservation_view(wl: dict | None) -> tuple:
     status = (wl or {}).get("status") or {}
-    return (status.get("admission"), W.is_true(wl, "QuotaReserved"), W.is_true(wl, "Admitted"))
+    return (status.get("admission"), W.is_true(wl, "QuotaReserved"), W.is_true(wl, "Admitted"),
+            W.is_true(wl, "Finished"))

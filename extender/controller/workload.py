@@ -212,6 +212,18 @@ def set_condition(conditions: list[dict], type_: str, status: str, reason: str, 
     return out
 
 
+def without_condition(wl: dict, type_: str) -> dict | None:
+    """The Workload with that condition dropped (status edited in place, on a copy the caller
+    made), or None when it has none."""
+    status = wl.get("status") or {}
+    conds = status.get("conditions") or []
+    kept = [c for c in conds if c.get("type") != type_]
+    if len(kept) == len(conds):
+        return None
+    status["conditions"] = kept
+    return wl
+
+
 def reserved_message(cq: str) -> str:
     return f"Quota reserved in ClusterQueue {cq}"
 

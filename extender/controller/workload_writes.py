@@ -315,6 +315,8 @@ class WorkloadWrites:
         return UNSETTLED  # finished, departed
 
     def record_is_true(self, st: JobState, wl: dict) -> bool:
+        if W.is_true(wl, "Finished") and st.phase not in ("finished", "departed"):
+            return False  # a Finished Workload counts for nothing: only its Job's end says so
         expected = self.reservation_of(st)
         if expected is UNSETTLED:
             return True
@@ -324,23 +326,27 @@ class WorkloadWrites:
 
     def set_back(self, st: JobState) -> None:
         """The controller is the authority on reservations: a Workload showing one the engine did
-        not make (a tenant wrote `status.admission` or QuotaReserved), or a reservation edited or
-        cleared, is set back to what the engine holds - judged when the write's turn comes, on the
-        record as it is then."""
+        not make (a tenant wrote `status.admission` or QuotaReserved), a reservation edited or
+        cleared, or Finished while its Job runs on (a record that counts nothing), is set back to
+        what the engine holds - judged when the write's turn comes, on the record as it is then."""
         async def write():
             expected = self.reservation_of(st)
-            if expected is UNSETTLED:
+            if expected is UNSETTLED and st.phase in ("finished", "departed"):
                 return
 
             def change(wl: dict) -> dict | None:
+                unfinished = W.without_condition(wl, "Finished") if st.phase != "finished" else None
+                wl = unfinished or wl
+                if expected is UNSETTLED:
+                    return unfinished
                 if expected is None:
                     if not W.shows_reservation(wl):
-                        return None
+                        return unfinished
                     pending = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
                     message = (pending.message if pending is not None and pending.message else d.PENDING_EVALUATION)
                     reason = pending.reason if pending is not None and pending.message else "Pending"
                     return W.unreserved(wl, reason, message)
-                return W.with_admission(wl, expected)
+                return W.with_admission(wl, expected) or unfinished
 
             if await self.workloads.update(st, change) is not None:
                 what = "pending" if expected is None else f"the reservation in ClusterQueue {expected.cluster_queue}"
