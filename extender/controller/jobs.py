@@ -309,8 +309,10 @@ class JobSteering:
             self._stop_queued.discard(st.key)
             changed = await self._update(st, lambda job: None if self.may_run(st) else self.adapter.suspend(job))
             if changed is not None and rid is not None:
-                # until its pods are gone - or its owner starts it again (the next stop takes over)
-                await self.wait_stopped(st, held=False, done=lambda: not self._suspended(st) or self.may_run(st))
+                # until its pods are gone - or its owner starts it again after this suspension (a
+                # later generation; the next stop takes over), or it is admitted meanwhile
+                ours = self.adapter.generation(changed)
+                await self.wait_stopped(st, held=False, done=lambda: self.may_run(st) or self._restarted(st, ours))
 
         task = self.writes.chain(st.key + "/stop", write, release=rid)
         task.add_done_callback(lambda _t, key=st.key: self._stop_queued.discard(key))  # cancelled, refused
@@ -348,9 +350,12 @@ class JobSteering:
                    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                    and st.uid in self.adapter.pod_owners(pod))
 
-    def _suspended(self, st: JobState) -> bool:
+    def _restarted(self, st: JobState, after_generation: int) -> bool:
+        """The Job was started again by a change made after `after_generation` (the cache may still
+        show it as it was before our suspension)."""
         job = self.job(st)
-        return job is None or job["metadata"].get("uid") != st.uid or self.adapter.suspended(job)
+        return (job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.suspended(job)
+                and self.adapter.generation(job) > after_generation)
 
     def _stopped(self, st: JobState, held: bool) -> bool:
         if not held and self.sched.jobs.get(st.key) is not st:
