@@ -80,7 +80,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     # each verb here is made and nothing else is.
     _a("extender", "batch", "jobs", LIST_WATCH + " get update", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
     _a("extender", "batch", "jobs/finalizers", "update", "create Workloads owned by a Job with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
-    _a("extender", KUEUE, "workloads", LIST_WATCH + " get create delete", "one Workload per managed Job; deleted with its Job at once, before the garbage collector"),
+    _a("extender", KUEUE, "workloads", LIST_WATCH + " get create update delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),
     _a("extender", KUEUE, "workloads/status", "update", "admission, conditions"),
     _a("extender", KUEUE, "clusterqueues", LIST_WATCH + " get", "quota"),
     _a("extender", KUEUE, "clusterqueues/status", "update", "pending/admitted counts, usage, Active condition"),

@@ -16,6 +16,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.api import core
+from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import parse_engine_int as to_engine_int
 from tests.standin import ApiServer, Write
 from tests.standin import resources as R
@@ -57,19 +59,14 @@ class QuotaObserver:
         self.max_reserved = 0
         api.observe(self)
 
-    def _objects(self, rt) -> list[dict]:
-        return list(self.api.cluster.store.kind(rt.storage_key).values())
-
     def __call__(self, write: Write) -> None:
         if write.resource not in (R.WORKLOADS, R.CLUSTER_QUEUES, R.COHORTS):
             return
         self.checks += 1
-        cqs = {o["metadata"]["name"]: o for o in self._objects(R.CLUSTER_QUEUES)}
-        cohorts = {o["metadata"]["name"]: o for o in self._objects(R.COHORTS)}
         usage: dict[str, dict[tuple[str, str], int]] = {}
         reserved = 0
         names = []
-        for wl in self._objects(R.WORKLOADS):
+        for wl in _stored(self.api, R.WORKLOADS):
             adm = (wl.get("status") or {}).get("admission")
             if not adm or not W.is_true(wl, "QuotaReserved") or W.is_true(wl, "Finished"):
                 continue
@@ -79,29 +76,149 @@ class QuotaObserver:
                 u = usage.setdefault(adm["clusterQueue"], {})
                 u[fr] = u.get(fr, 0) + v
         self.max_reserved = max(self.max_reserved, reserved)
-        trees: dict[str, dict[tuple[str, str], list[int]]] = {}
-        for name, cq in cqs.items():
-            quotas = _quotas(cq)
+        self.violations += over_quota(self.api, usage, f"rv {write.rv}", f" ({', '.join(sorted(names))})")
+
+
+def _stored(api: ApiServer, rt) -> list[dict]:
+    return list(api.cluster.store.kind(rt.storage_key).values())
+
+
+def over_quota(api: ApiServer, usage: dict[str, dict[tuple[str, str], int]], where: str, detail: str = "") -> list[str]:
+    """What exceeds the quota in `usage` (ClusterQueue -> (flavor, resource) -> amount): per
+    ClusterQueue its nominal quota plus its borrowing limit, per cohort tree the tree's total."""
+    cqs = {o["metadata"]["name"]: o for o in _stored(api, R.CLUSTER_QUEUES)}
+    cohorts = {o["metadata"]["name"]: o for o in _stored(api, R.COHORTS)}
+    out = []
+    trees: dict[str, dict[tuple[str, str], list[int]]] = {}
+    for name, cq in cqs.items():
+        quotas = _quotas(cq)
+        cohort = cq["spec"].get("cohortName")
+        for fr, used in usage.get(name, {}).items():
+            nominal, borrowing = quotas.get(fr, (0, 0))
+            limit = nominal + (borrowing if borrowing is not None else (10**18 if cohort else 0))
+            if used > limit:
+                out.append(f"{where}: {name} uses {used} of {fr}, limit {limit}")
+        if cohort:
+            tree = trees.setdefault(cohort, {})
+            for fr, (nominal, _) in quotas.items():
+                tree.setdefault(fr, [0, 0])[1] += nominal
             for fr, used in usage.get(name, {}).items():
-                nominal, borrowing = quotas.get(fr, (0, 0))
-                cohort = cq["spec"].get("cohortName")
-                limit = nominal + (borrowing if borrowing is not None else (10**18 if cohort else 0))
-                if used > limit:
-                    self.violations.append(f"rv {write.rv}: {name} uses {used} of {fr}, limit {limit}")
-            cohort = cq["spec"].get("cohortName")
-            if cohort:
-                tree = trees.setdefault(cohort, {})
-                for fr, (nominal, _) in quotas.items():
-                    tree.setdefault(fr, [0, 0])[1] += nominal
-                for fr, used in usage.get(name, {}).items():
-                    tree.setdefault(fr, [0, 0])[0] += used
-        for cohort, tree in trees.items():
-            own = _quotas(cohorts[cohort]) if cohort in cohorts else {}
-            for fr, (used, cap) in tree.items():
-                cap += own.get(fr, (0, None))[0]
-                if used > cap:
-                    self.violations.append(f"rv {write.rv}: cohort {cohort} uses {used} of {fr}, capacity {cap} "
-                                           f"({', '.join(sorted(names))})")
+                tree.setdefault(fr, [0, 0])[0] += used
+    for cohort, tree in trees.items():
+        own = _quotas(cohorts[cohort]) if cohort in cohorts else {}
+        for fr, (used, cap) in tree.items():
+            cap += own.get(fr, (0, None))[0]
+            if used > cap:
+                out.append(f"{where}: cohort {cohort} uses {used} of {fr}, capacity {cap}{detail}")
+    return out
+
+
+TENANT = "tenant"  # the User-Agent of the harness's own client: the writes of users, not of gpuqueue
+GPU = "nvidia.com/gpu"
+JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+
+
+class PodObserver:
+    """The quota over what runs, checked on every write the stand-in commits. The GPUs of the pods
+    that exist and have not terminated (the stand-in has no scheduler or kubelet: a pod of an
+    unsuspended Job counts as running, a terminating one until it is gone) are given to the
+    Workload of their Job, up to what gpuqueue reserved for it - the last reservation a
+    non-tenant write left on that Workload, so a reservation a tenant forged does not count.
+
+    - *violations*: at some write, the GPUs so counted exceed a ClusterQueue's or a cohort's
+      quota. The controller's own ordering must make this impossible.
+    - *excess*: GPUs of pods with no reservation, or beyond their Workload's. A tenant makes some
+      for the moment between its edit and the controller's answer (in a cluster the extender
+      refuses them a node); `excess_spans` are how long each episode lasted, `excess_open` is
+      whether one is still under way."""
+
+    def __init__(self, api: ApiServer, resource: str = GPU) -> None:
+        self.api = api
+        self.resource = resource
+        self.violations: list[str] = []
+        self.excess_spans: list[float] = []
+        self.max_excess = 0
+        self._since: float | None = None
+        self._reserved: dict[str, tuple[str, str, int]] = {}  # job uid -> (ClusterQueue, flavor, GPUs reserved)
+        self._per_pod: dict[str, int] = {}  # pod uid -> GPUs it requests
+        self.over: dict[str, tuple[int, int]] = {}
+        api.observe(self)
+
+    @property
+    def excess_open(self) -> bool:
+        return self._since is not None
+
+    def __call__(self, write: Write) -> None:
+        if write.resource is R.WORKLOADS and write.user != TENANT:
+            uid = (write.new["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid", "")
+            adm = (write.new.get("status") or {}).get("admission")
+            if write.type != "DELETED" and adm and W.is_true(write.new, "QuotaReserved") and not W.is_true(
+                    write.new, "Finished"):
+                gpus = [(f, v) for (f, r), v in W.admission_from_status(adm).usage.items() if r == self.resource]
+                self._reserved[uid] = (adm["clusterQueue"], gpus[0][0] if gpus else "", sum(v for _, v in gpus))
+            else:
+                self._reserved.pop(uid, None)
+        if write.resource not in (R.PODS, R.JOBS, R.WORKLOADS, R.CLUSTER_QUEUES, R.COHORTS):
+            return
+        running: dict[str, int] = {}
+        for pod in _stored(self.api, R.PODS):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            gpus = self._gpus(pod)
+            if gpus:
+                uid = _job_uid(pod)
+                running[uid] = running.get(uid, 0) + gpus
+        usage: dict[str, dict[tuple[str, str], int]] = {}
+        excess = 0
+        self.over: dict[str, tuple[int, int]] = {}  # job uid -> (GPUs running, reserved), where beyond
+        for uid, gpus in running.items():
+            cq, flavor, reserved = self._reserved.get(uid, ("", "", 0))
+            counted = min(gpus, reserved)
+            excess += gpus - counted
+            if gpus > counted:
+                self.over[uid] = (gpus, reserved)
+            if counted:
+                u = usage.setdefault(cq, {})
+                u[(flavor, self.resource)] = u.get((flavor, self.resource), 0) + counted
+        self.violations += over_quota(self.api, usage, f"rv {write.rv} ({write.verb} {write.resource.kind} "
+                                                       f"{write.namespace}/{write.name})")
+        self.max_excess = max(self.max_excess, excess)
+        now = time.monotonic()
+        if excess and self._since is None:
+            self._since = now
+        elif not excess and self._since is not None:
+            self.excess_spans.append(now - self._since)
+            self._since = None
+
+    def _gpus(self, pod: dict) -> int:
+        uid = pod["metadata"]["uid"]
+        if uid not in self._per_pod:
+            spec = core.PodSpec.model_validate(pod.get("spec") or {})
+            self._per_pod[uid] = engine_pod_requests(spec).get(self.resource, 0)
+        return self._per_pod[uid]
+
+    async def held(self, max_span: float = 1.0) -> None:
+        """No violation ever; every episode of excess ended within `max_span` seconds (one under
+        way is given that long to end)."""
+        assert self.violations == [], self.violations[:5]
+        if self.excess_open:
+            await eventually(lambda: not self.excess_open, max_span,
+                             f"pods beyond their reservation gone ({self._named(self.over)})")
+        assert all(s <= max_span for s in self.excess_spans), f"excess lasted {max(self.excess_spans):.2f}s"
+
+
+    def _named(self, by_uid: dict) -> dict:
+        names = {j["metadata"]["uid"]: f"{j['metadata']['namespace']}/{j['metadata']['name']}"
+                 for j in _stored(self.api, R.JOBS)}
+        return {names.get(uid, uid): v for uid, v in by_uid.items()}
+
+
+def _job_uid(pod: dict) -> str:
+    for ref in pod["metadata"].get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return ref["uid"]
+    labels = pod["metadata"].get("labels") or {}
+    return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), "")
 
 
 def _quotas(obj: dict) -> dict[tuple[str, str], tuple[int, int | None]]:
@@ -126,7 +243,9 @@ class Harness:
     async def __aenter__(self) -> "Harness":
         await self.api.start()
         self.observer = QuotaObserver(self.api)
+        self.pods = PodObserver(self.api)
         self.client = client.ApiClient(self.api.client_configuration())
+        self.client.user_agent = TENANT
         self.kube = KubeApi(self.client, qps=10000, burst=10000)
         self.queues = StaticQueueView()
         return self

@@ -209,6 +209,8 @@ def assert_clean(run: Run) -> None:
     h = run.h
     assert h.observer.violations == [], h.observer.violations[:5]
     assert run.state.violations == [], run.state.violations[:5]
+    assert h.pods.violations == [], h.pods.violations[:5]  # the quota over what runs
+    assert h.pods.max_excess == 0  # no tenant here: no pod ever ran beyond a reservation
     assert h.observer.checks > 20 and run.state.checks > 20
     assert not h.api.internal_errors
 

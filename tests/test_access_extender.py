@@ -22,7 +22,7 @@ from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue import access
 from tests.standin import ApiServer
 from tests.standin import resources as R
-from tests import controller_support, test_controller_behaviour, test_controller_flame
+from tests import controller_support, test_controller_behaviour, test_controller_flame, test_controller_hostile
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
@@ -189,11 +189,14 @@ REUSED = [
     test_controller_behaviour.test_together_guide_walkthrough,  # events, Job deletion, queue status
     test_controller_behaviour.test_missing_flavor_makes_the_cluster_queue_inactive_and_says_so,
     test_controller_behaviour.test_preempted_job_gets_its_template_back_where_kubernetes_allows_it,
-    test_controller_behaviour.test_on_1_24_a_started_job_cannot_move_flavor_and_waits_with_a_clear_message,
+    test_controller_behaviour.test_on_1_24_a_preempted_job_waits_for_the_flavor_its_template_keeps,
+    test_controller_behaviour.test_on_1_24_a_job_its_owner_started_cannot_take_a_flavor_and_says_why,
     test_controller_behaviour.test_conflicts_are_retried_from_a_fresh_read,
     test_controller_behaviour.test_workload_deleted_by_hand_is_recreated_and_the_job_requeued,
     test_controller_behaviour.test_hold_and_drain_evicts_and_requeues,
     test_controller_flame.test_flame_borrow_reclaim_resume,  # borrowing, reclaim, Job completion
+    test_controller_hostile.test_queue_label_changed_on_a_pending_job_moves_it,  # a pending Workload updated
+    test_controller_hostile.test_restart_counts_a_reservation_whose_job_is_gone_until_its_pods_are,
 ]
 OWN = [leader_election_in_the_install_namespace, queue_status_conflicts_and_explain, metrics_behind_delegated_auth]
 
@@ -203,7 +206,7 @@ def recorded() -> Recording:
     recording = Recording()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RecordingHarness, "recording", recording, raising=False)
-        for module in (test_controller_behaviour, test_controller_flame, controller_support):
+        for module in (test_controller_behaviour, test_controller_flame, test_controller_hostile, controller_support):
             mp.setattr(module, "Harness", RecordingHarness)
 
         async def run_all() -> None:
@@ -232,7 +235,7 @@ def test_recorded_calls_in_rbac_terms(recorded):
     used = defaultdict(set)
     for group, resource, verb, namespace, _name in recorded.calls(EXTENDER_AGENT):
         used[(group, resource, namespace is not None and resource == "leases")].add(verb)
-    assert used[("kueue.x-k8s.io", "workloads", False)] == {"list", "watch", "get", "create", "delete"}
+    assert used[("kueue.x-k8s.io", "workloads", False)] == {"list", "watch", "get", "create", "update", "delete"}
     assert used[("kueue.x-k8s.io", "workloads/status", False)] == {"update"}
     assert used[("batch", "jobs", False)] == {"list", "watch", "get", "update"}
     assert used[("batch", "jobs/finalizers", False)] == {"update"}

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 
@@ -31,7 +32,7 @@ async def flame_flow(h: Harness, jobs: list[dict], later: list[dict], timeout: f
     await eventually(lambda: all(h.running(*k) for k in keys), timeout, "resume phase")
 
 
-def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) -> None:
+async def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) -> None:
     for k in map(job_key, jobs):
         job, wl = h.job(*k), h.workload_of(*k)
         assert not job["spec"]["suspend"] and job["spec"]["template"]["spec"]["nodeSelector"] == GH200
@@ -42,29 +43,73 @@ def assert_final_state(h: Harness, jobs: list[dict], later: list[dict]) -> None:
     owners = [wl["metadata"]["ownerReferences"][0]["uid"] for wl in h.api.cluster.store.kind("workloads.kueue.x-k8s.io").values()]
     assert len(owners) == len(set(owners)) == len(jobs) + len(later)
     assert h.observer.violations == []
+    await h.pods.held()
+
+
+async def killed_during_flame(h: Harness, kill_when, while_down) -> list[dict]:
+    """FLAME's flow with its controller killed when `kill_when()` returns, `while_down()` done
+    while none runs, then a second one started; the final state checked. Returns FLAME's Jobs."""
+    objects, jobs, later = scenario("flame.yaml")
+    for obj in objects:
+        await h.apply(obj)
+    first = await h.controller(identity="first")
+
+    async def killer():
+        await kill_when()
+        await h.kill(first)  # cancels whatever it was writing, mid-flight
+        await while_down()
+        await h.controller(identity="second")
+
+    kill = asyncio.create_task(killer())
+    await flame_flow(h, jobs, later, timeout=10)
+    await kill
+    await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
+                     what="status after restart")
+    await assert_final_state(h, jobs, later)
+    return jobs
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_killed_at_a_random_point_and_restarted(seed):
     rng = random.Random(seed)
-    objects, jobs, later = scenario("flame.yaml")
     async with Harness(pod_deletion_delay=0.05) as h:
-        for obj in objects:
-            await h.apply(obj)
-        first = await h.controller(identity="first")
+        await killed_during_flame(h, lambda: asyncio.sleep(rng.uniform(0.0, 0.6)),
+                                  lambda: asyncio.sleep(rng.uniform(0.0, 0.2)))
 
-        async def killer():
-            await asyncio.sleep(rng.uniform(0.0, 0.6))
-            await h.kill(first)  # cancels whatever it was writing, mid-flight
-            await asyncio.sleep(rng.uniform(0.0, 0.2))
-            await h.controller(identity="second")
 
-        kill = asyncio.create_task(killer())
-        await flame_flow(h, jobs, later, timeout=10)
-        await kill
-        await eventually(lambda: (h.cluster_queue("group-c").get("status") or {}).get("reservingWorkloads") == 4,
-                         what="status after restart")
-        assert_final_state(h, jobs, later)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_killed_at_a_random_point_while_an_owner_drops_its_label(seed):
+    """The restart above, at a random point once c-1 is queued, with the owner of c-1 suspending it,
+    removing its label and starting it again while no controller runs (issue 19 case 4; a Job
+    with no Workload yet is, without its label, one gpuqueue never queued: the extender's to
+    refuse). The new leader still counts c-1 - it owns a Workload - so a Job asking for more than
+    the 2 free GPUs waits; the quota holds over what runs. (1.36 rules: a Job its owner started
+    may still take its flavor's nodeSelector.)"""
+    rng = random.Random(seed)
+    async with Harness(pod_deletion_delay=0.05, kubernetes_minor=36) as h:
+        h.api.job_controller.keep_start_time_on_suspend = False
+
+        async def once_c1_is_queued():
+            await eventually(lambda: h.workload_of("team-c", "c-1") is not None, what="c-1 queued")
+            await asyncio.sleep(rng.uniform(0.0, 0.5))
+
+        async def owner_drops_the_label():
+            for change in (lambda j: j["spec"].update(suspend=True),
+                           lambda j: j["metadata"].get("labels", {}).pop("kueue.x-k8s.io/queue-name", None),
+                           lambda j: j["spec"].update(suspend=False)):
+                await h.edit(K.JOBS, "team-c", "c-1", change)
+
+        jobs = await killed_during_flame(h, once_c1_is_queued, owner_drops_the_label)
+        extra = copy.deepcopy(jobs[-1])
+        extra["metadata"] = {"namespace": "team-c", "name": "c-extra"}
+        extra["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 3
+        await h.submit(extra)
+        await eventually(lambda: (W.condition(h.workload_of("team-c", "c-extra"), "QuotaReserved") or {}).get(
+            "message") == "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "
+                          "flavor gh200, 1 more needed", what="c-extra waits")
+        assert not h.running("team-c", "c-extra")
+        assert h.observer.violations == []
+        await h.pods.held()
 
 
 async def test_restarted_leader_rebuilds_usage_before_admitting():
@@ -92,6 +137,7 @@ async def test_restarted_leader_rebuilds_usage_before_admitting():
             "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gh200, "
             "1 more needed")
         assert h.observer.violations == []
+        await h.pods.held()
 
 
 async def test_leader_hand_over():

@@ -306,3 +306,63 @@ async def test_namespace_must_exist(k8s):
     with pytest.raises(ApiException) as e:
         await client.BatchV1Api(k8s).create_namespaced_job("nowhere", job_body("j"))
     assert e.value.status == 404 and status_of(e.value)["message"] == 'namespaces "nowhere" not found'
+
+
+@pytest.mark.parametrize("minor", [24, 36])
+async def test_a_suspended_jobs_resources_change_from_1_36_on(minor):
+    """KEP-5440 (MutablePodResourcesForSuspendedJobs, beta and on in 1.36): container and init
+    container resources of a suspended Job with no active pod may change; nothing else of the
+    template does, and a running Job's do not."""
+    async with ApiServer(kubernetes_minor=minor) as server:
+        server.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-b"}})
+        server.cluster.create(R.JOBS, "team-b", job_body("held"))
+        server.cluster.create(R.JOBS, "team-b", job_body("running", suspend=False))
+
+        def raised(name: str, image: str | None = None) -> dict:
+            job = server.cluster.get(R.JOBS, "team-b", name)
+            container = job["spec"]["template"]["spec"]["containers"][0]
+            container["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+            if image:
+                container["image"] = image
+            return job
+
+        def refused(body: dict) -> bool:
+            try:
+                server.cluster.update(R.JOBS, "team-b", body["metadata"]["name"], body)
+            except Exception as exc:  # noqa: BLE001 - the stand-in's ApiError
+                return getattr(exc, "code", None) == 422
+            return False
+
+        assert refused(raised("held")) == (minor < 36)
+        assert refused(raised("held", image="other"))
+        assert refused(raised("running"))
+
+
+@pytest.mark.parametrize("minor", [24, 27])
+async def test_an_indexed_jobs_completions_follow_its_parallelism_from_1_27_on(minor):
+    async with ApiServer(kubernetes_minor=minor) as server:
+        server.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-b"}})
+        body = job_body("idx", parallelism=2)
+        body["spec"]["completionMode"] = "Indexed"
+        server.cluster.create(R.JOBS, "team-b", body)
+        job = server.cluster.get(R.JOBS, "team-b", "idx")
+        job["spec"]["parallelism"] = job["spec"]["completions"] = 4
+        if minor < 27:
+            with pytest.raises(Exception, match="field is immutable"):
+                server.cluster.update(R.JOBS, "team-b", "idx", job)
+        else:
+            assert server.cluster.update(R.JOBS, "team-b", "idx", job)["spec"]["completions"] == 4
+            job = server.cluster.get(R.JOBS, "team-b", "idx")
+            job["spec"]["completions"] = 3  # no longer equal to parallelism
+            with pytest.raises(Exception, match="field is immutable"):
+                server.cluster.update(R.JOBS, "team-b", "idx", job)
+
+
+async def test_observers_see_which_client_wrote(api):
+    seen = []
+    api.observe(lambda w: seen.append((w.verb, w.resource.kind, w.user)))
+    async with client.ApiClient(api.client_configuration()) as ac:
+        ac.user_agent = "tenant"
+        await client.BatchV1Api(ac).create_namespaced_job("team-b", job_body("mine"))
+    api.cluster.create(R.CRON_JOBS, "team-b", {"metadata": {"name": "nightly"}, "spec": {"schedule": "* * * * *"}})
+    assert ("create", "Job", "tenant") in seen and ("create", "CronJob", None) in seen

@@ -1,8 +1,10 @@
 """The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
-engine's decisions into writes (workload_writes.py, jobs.py).
+engine's decisions into writes (workload_writes.py, jobs.py). Every change of a tracked Job is
+held against what the engine holds for it (equivalence.py): its pod sets, its queue, whether it
+may run; a Job stays tracked while it owns a Workload that is not finished, whatever its labels.
 
 Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
-(`Workload.status.admission` first, before any pass), so nothing is admitted twice.
+(every Workload holding a reservation first, before any pass), so nothing is admitted twice.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.departures import Departures, spec_from_admission
+from gpuqueue.extender.controller.equivalence import admission_mismatch
+from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
@@ -33,7 +38,7 @@ from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import WorkloadSpec
-from gpuqueue.jobframework.managed import StaticQueueView, is_managed
+from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_managed
 
 log = logging.getLogger("gpuqueue.controller")
 
@@ -66,9 +71,14 @@ class Controller:
         self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
                                         self.metrics.job_admission_wait, self.resubmit, self.mark_dirty,
                                         o.resubmit_backoff)
+        self.departures = Departures(self, self.jobs, self.kube, self.writes, self.job_steering, self.mark_dirty,
+                                     status_changed=lambda: self.queue_status.changed())
         self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
                                               self.metrics, self.priorities, self.priority_of,
-                                              status_changed=lambda: self.queue_status.changed())
+                                              status_changed=lambda: self.queue_status.changed(),
+                                              departed=self.departures.decided)
+        self.following = Following(self, self.job_steering.adapter, self.workload_writes, self._submit,
+                                   self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
@@ -179,85 +189,124 @@ class Controller:
 
         self.quota_objects.watch(self.informers)
         on("jobs", self._on_job, self._on_job_delete)
-        self.informers["workloads"].add_handler(on_delete=self._on_workload_delete)
+        self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
+                                                on_update=self._on_workload, on_delete=self._on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
 
-    def is_managed(self, job: dict) -> bool:
-        return is_managed(job, job["metadata"].get("namespace", "default"), self.queue_view, self.options.managed_jobs)
+    def is_managed(self, job: dict, workload: dict | None = None) -> bool:
+        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed)."""
+        return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
+                             self.options.managed_jobs, _open(workload, job))
 
-    def _on_job(self, job: dict) -> None:
-        if not self.recovered or not self.is_managed(job):
+    def _workload_of(self, job: dict) -> dict | None:
+        meta = job["metadata"]
+        return self.informers["workloads"].get(f"{meta['namespace']}/{W.workload_name(meta['name'], meta['uid'])}")
+
+    def _on_job(self, job: dict, held: bool = False) -> None:
+        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still."""
+        if not self.recovered:
             return
         key = object_key(job)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
-            self._forget(st)  # a new Job of the same name
+            self._depart(st)  # a new Job of the same name
             st = None
         if st is None:
-            st = self._track(job)
+            wl = self._workload_of(job)
+            if not held and not self.is_managed(job, wl):
+                return
+            st = self._track(job, wl)
             if W.job_finished(job):
                 st.phase = "finished"
                 return
-            self.workload_writes.ensure_workload(st)
+            if wl is None:
+                self.workload_writes.ensure_workload(st)
             self._submit(st, job)
-            if not job["spec"].get("suspend"):
-                self.job_steering.suspend_unadmitted(st)
+            self._steer(st, job)
             self.mark_dirty()
             return
-        if st.phase != "finished" and W.job_finished(job):
-            self._finish(st, W.job_finished(job) or "Complete")
-        elif st.phase == "admitted" and job["spec"].get("suspend"):
-            self._keep_running(st)
+        if st.phase == "finished":
+            return
+        how = W.job_finished(job)
+        if how:
+            self._finish(st, how)
+            return
+        self.following.follow(st, job)
+        self._steer(st, job)
         self.job_steering.poke(st.uid)
 
-    def _keep_running(self, st: JobState) -> None:
-        """Someone suspended a Job whose Workload holds a reservation. As in Kueue, the
-        admission stands and the Job is started again, with its admitted template (a
-        nodeSelector edited meanwhile does not survive); to stop it, delete it."""
-        w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
-        if w is not None:
-            self.job_steering.ensure_running(st, w.admission)
+    def _steer(self, st: JobState, job: dict) -> None:
+        """Kueue's steps 7 and 8, on every change of the Job: an admitted Job suspended by someone
+        else is started again (the admission stands, with its admitted template: a nodeSelector
+        edited meanwhile does not survive; to stop a Job, delete it); a Job running without a
+        reservation written is suspended, however often it is started."""
+        if not self.job_steering.adapter.suspended(job):
+            if not self.job_steering.may_run(st):
+                self.job_steering.stop(st)
+        elif st.phase == "admitted":
+            w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
+            if w is not None:
+                self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
         st = self.jobs.get(object_key(job))
         if st is None or st.uid != job["metadata"]["uid"]:
             return
-        self._forget(st)
-        self.workload_writes.delete_workload(st)
+        self._depart(st)
         self.mark_dirty()
+
+    def _on_workload(self, old: dict | None, wl: dict) -> None:
+        """A Workload's reservation changed: if it now shows one the engine did not make, or not
+        the one it made, set it back (workload_writes.set_back). Only a change of the reservation
+        is judged: the echo of an older write of ours, arriving after the engine moved on, changes
+        nothing of it."""
+        if not self.recovered or _reservation_view(old) == _reservation_view(wl):
+            return
+        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
+        if st is None:
+            return
+        if st.wl_name != wl["metadata"]["name"]:
+            if W.shows_reservation(wl) and W.owner_uid(wl) == st.uid:
+                self.workload_writes.delete_extra(st, wl)  # one Workload per Job, gpuqueue's
+        elif not self.workload_writes.record_is_true(st, wl):
+            self.workload_writes.set_back(st)
 
     def _on_workload_delete(self, wl: dict) -> None:
         """Someone deleted the Workload of a live Job: as Kueue does, stop the Job and queue it
-        again with a new Workload."""
+        again with a new Workload - whatever its labels say now."""
         if not self.recovered:
             return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{_owner_job(wl)}")
+        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
         if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
             return
         job = self.informers["jobs"].get(st.key)
         self._forget(st)
         if job is not None and job["metadata"]["uid"] == st.uid:
             log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
-            self._on_job(job)
+            self._on_job(job, held=True)
         self.mark_dirty()
 
     # -- jobs and the engine --------------------------------------------------------------------------------
-    def _track(self, job: dict) -> JobState:
+    def _track(self, job: dict, wl: dict | None = None) -> JobState:
         meta = job["metadata"]
         st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
                       wl_name=W.workload_name(meta["name"], meta["uid"]),
-                      created=W.parse_time(meta.get("creationTimestamp")) or time.time())
+                      created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
+                      queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
+                      generation=self.job_steering.adapter.generation(job))
         self.jobs[st.key] = st
         return st
 
     def workload_spec(self, st: JobState, job: dict, queued_at: float | None = None) -> WorkloadSpec:
         """The engine's view of the Job as it stands (its current pod template: after a refused
         template change it still carries its old flavor's nodeSelector, which then limits the
-        flavors it can be given)."""
+        flavors it can be given), in the LocalQueue its Workload names."""
         model = self.job_steering.adapter.model(job)
         assert self.engine is not None
-        return convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
+        spec = convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
                                          seq=self.engine.next_seq())
+        spec.queue_name = st.queue_name
+        return spec
 
     def priority_of(self, job: dict) -> int:
         try:
@@ -282,7 +331,10 @@ class Controller:
         job = self.informers["jobs"].get(st.key)
         if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
             return
+        st.queue_name = queue_name_of(job, st.queue_name)
+        st.generation = self.job_steering.adapter.generation(job)
         self._submit(st, job, queued_at=time.time())
+        self.workload_writes.update_spec(st)
         self.mark_dirty()
 
     def _finish(self, st: JobState, how: str) -> None:
@@ -303,53 +355,102 @@ class Controller:
         self.jobs.pop(st.key, None)
         st.phase = "finished"
 
+    def _depart(self, st: JobState) -> None:
+        """The Job is gone (deleted, or replaced by a new one of its name). Its Workload goes too,
+        but an admitted one's reservation counts until its pods are gone (departures.py). Other
+        Jobs are forgotten at once: a pending one's pods hold no quota, and an evicted one's
+        eviction waits for its pods itself."""
+        w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
+        self._forget(st)
+        if w is not None and st.phase == "admitted":
+            self.departures.depart(st, w)
+        else:
+            self.workload_writes.delete_workload(st)
+
     # -- rebuilding from the API -------------------------------------------------------------------------
     def _recover(self) -> None:
+        """A fresh engine from what the API holds: the specs, then each Job that is managed or holds
+        or waits for quota (stays_managed), in creation order, then every other reservation -
+        a Workload holding one counts until its Job's pods are gone, whatever became of the Job."""
         engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
         self.engine = engine
         self.jobs.clear()
         self.quota_objects.load(engine, self.informers)
-        workloads = self.informers["workloads"]
-        jobs = [j for j in self.informers["jobs"].list() if self.is_managed(j)]
-        jobs.sort(key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
-        now = time.time()
+        jobs = sorted(self.informers["jobs"].list(),
+                      key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
+        tracked = set()
         for job in jobs:
-            st = self._track(job)
-            wl = workloads.get(f"{st.namespace}/{st.wl_name}")
-            finished = W.job_finished(job)
-            if finished:
-                st.phase = "finished"
-                if wl is not None and not W.is_true(wl, "Finished"):
-                    self.workload_writes.finish_workload(st, finished)
+            wl = self._workload_of(job)
+            if self.is_managed(job, wl):
+                st = self._rebuild(job, wl)
+                tracked.add(f"{st.namespace}/{st.wl_name}")
+        live = {st.uid: st for st in self.jobs.values()}
+        for wl in self.informers["workloads"].list():
+            if not W.holds_reservation(wl) or object_key(wl) in tracked:
                 continue
-            if wl is None:
-                self.workload_writes.ensure_workload(st)
-            admission = ((wl or {}).get("status") or {}).get("admission")
-            if admission and W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished"):
-                try:
-                    spec = self.workload_spec(st, job)
-                    adm = W.admission_from_status(admission)
-                except (ValidationError, ValueError, KeyError) as exc:
-                    log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
-                    self._submit(st, job)
-                    continue
-                reserved = W.condition(wl, "QuotaReserved") or {}
-                engine.restore_admitted(spec, adm, W.parse_time(reserved.get("lastTransitionTime")) or now)
-                st.phase = "admitted"
-                st.maybe_reserved = True
-                if W.is_true(wl, "Evicted"):
-                    # the last leader died half-way through an eviction: finish it
-                    engine.evict(st.key, now)
-                    self.workload_writes.resume_eviction(st, adm.cluster_queue)
-                else:
-                    self.job_steering.ensure_running(st, adm)
-                continue
-            requeued = W.condition(wl, "Requeued") if wl else None
-            queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
-                "status") == "True" else None
-            self._submit(st, job, queued_at)
-            if not job["spec"].get("suspend"):
-                self.job_steering.suspend_unadmitted(st)
+            owner = live.get(W.owner_uid(wl))
+            if owner is not None and owner.phase != "finished":
+                self.workload_writes.delete_extra(owner, wl)  # a second one for a tracked Job: not gpuqueue's
+            else:
+                self.departures.restore(wl)
+
+    def _rebuild(self, job: dict, wl: dict | None) -> JobState:
+        st = self._track(job, wl)
+        finished = W.job_finished(job)
+        if finished:
+            st.phase = "finished"
+            if wl is not None and not W.is_true(wl, "Finished"):
+                self.workload_writes.finish_workload(st, finished)
+            return st
+        if wl is not None and W.is_true(wl, "Finished"):
+            # the Job has not finished: someone else wrote that (set back below); judged without it
+            self.workload_writes.set_back(st)
+            wl = W.without_condition(W.status_copy(wl), "Finished")
+        if wl is None:
+            self.workload_writes.ensure_workload(st)
+        elif W.holds_reservation(wl):
+            try:
+                adm = W.admission_from_status(wl["status"]["admission"])
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
+            else:
+                self._restore_admitted(st, job, wl, adm)
+                return st
+        requeued = W.condition(wl, "Requeued") if wl else None
+        queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
+            "status") == "True" else None
+        self._submit(st, job, queued_at)
+        if W.shows_reservation(wl):
+            self.workload_writes.set_back(st)
+        if wl is not None and W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+            self.workload_writes.update_spec(st)  # changed while no leader ran
+        self._steer(st, job)
+        return st
+
+    def _restore_admitted(self, st: JobState, job: dict, wl: dict, adm) -> None:
+        engine = self.engine
+        now = time.time()
+        reserved_at = W.parse_time((W.condition(wl, "QuotaReserved") or {}).get("lastTransitionTime")) or now
+        try:
+            spec = self.workload_spec(st, job)
+        except (ValidationError, ValueError):
+            spec = spec_from_admission(st, adm, wl)
+        engine.restore_admitted(spec, adm, reserved_at)
+        st.phase = "admitted"
+        st.maybe_reserved = True
+        if W.is_true(wl, "Evicted"):
+            # the last leader died half-way through an eviction: finish it (it is queued again with
+            # the Job as it is now, and its Workload told so once the reservation is cleared)
+            engine.evict(st.key, now)
+            self.workload_writes.resume_eviction(st, adm.cluster_queue)
+            if W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+                self.workload_writes.update_spec(st)
+            return
+        changed = admission_mismatch(spec.pod_sets, adm)
+        if changed:  # its pods were changed while no leader ran (or the record was)
+            self.following.requeue_changed(st, job, changed)
+        else:
+            self._steer(st, job)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
@@ -384,8 +485,15 @@ class Controller:
         return decisions
 
 
-def _owner_job(obj: dict) -> str:
-    for ref in obj["metadata"].get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and ref.get("controller"):
-            return ref.get("name", "")
-    return ""
+def _open(workload: dict | None, job: dict) -> bool:
+    """A Workload of this Job that is not finished - or says so while the Job is not (only the
+    Job's end finishes it): the Job holds or waits for quota."""
+    if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
+        return False
+    return not W.is_true(workload, "Finished") or not W.job_finished(job)
+
+
+def _reservation_view(wl: dict | None) -> tuple:
+    status = (wl or {}).get("status") or {}
+    return (status.get("admission"), W.is_true(wl, "QuotaReserved"), W.is_true(wl, "Admitted"),
+            W.is_true(wl, "Finished"))

@@ -19,12 +19,22 @@ class JobState:
     created: float  # creationTimestamp, seconds
     wl_uid: str = ""
     wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
-    phase: str = "pending"  # pending | admitted | evicting | blocked | finished
+    # pending | admitted | evicting | blocked | finished, or departed: the Job is gone while its
+    # reservation stands (its pods may still run), kept under a key of its own (departed_key)
+    phase: str = "pending"
+    queue_name: str = ""  # the LocalQueue its Workload names (a label removed leaves it there)
+    generation: int = 0  # the Job's metadata.generation its pod sets were last compared at
     refusals: int = 0  # how often the API refused the pod template admission needed
     priority: int | None = None  # as the engine was given it (so the Workload need not parse the Job again)
     # False while the API surely holds no reservation of ours for it: never admitted in this term, or
     # its reservation cleared since; True once an admission write may have landed (or on rebuild)
     maybe_reserved: bool = False
+
+
+def departed_key(st: JobState) -> str:
+    """The engine's key of a gone Job's reservation: apart from a new Job of the same name ('@'
+    is in no object name)."""
+    return f"{st.namespace}/{st.name}@{st.uid}"
 
 
 class Scheduling(Protocol):

@@ -22,15 +22,21 @@ from gpuqueue.api import core
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
-from gpuqueue.extender.quota.model import Admission, FlavorSpec
+from gpuqueue.extender.quota import convert
+from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
+from gpuqueue.jobframework.managed import job_queue_name
 
 log = logging.getLogger("gpuqueue.controller")
+# The Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
+# ownerReferences): the legacy label and the one Kubernetes 1.27 added.
+JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
 
 class BatchJob:
@@ -63,6 +69,33 @@ class BatchJob:
                 self._templates.clear()
             self._templates[key] = model
         return core.Job.model_validate({**job, "spec": {**spec, "template": model}})
+
+    def pod_sets(self, job: dict) -> tuple[PodSetSpec, ...]:
+        """Its pod sets as the engine counts them (Kueue's PodSets): one, `main`, of
+        min(parallelism, completions) pods of its template. Raises ValidationError or ValueError
+        for a Job that cannot be read."""
+        model = self.model(job)
+        return (convert.pod_set_from_template(convert.MAIN_POD_SET, model.pod_count(), model.spec.template),)
+
+    @staticmethod
+    def queue_name(job: dict) -> str | None:
+        return job_queue_name(job)
+
+    @staticmethod
+    def generation(job: dict) -> int:
+        """Bumped by the API server on every change of the spec."""
+        return int(job["metadata"].get("generation") or 0)
+
+    @staticmethod
+    def pod_owners(pod: dict) -> set[str]:
+        """The UIDs of the Jobs a pod belongs to: its controller reference, or the Job's UID label
+        once the Job is gone and the pod orphaned."""
+        uids = {ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
+                if ref.get("controller") and ref.get("kind") == K.JOBS.kind and ref.get("uid")}
+        if not uids:
+            labels = pod["metadata"].get("labels") or {}
+            uids = {labels[k] for k in JOB_UID_LABELS if labels.get(k)}
+        return uids
 
     @staticmethod
     def run(job: dict, flavors: list[FlavorSpec]) -> dict | None:
@@ -110,9 +143,13 @@ class JobSteering:
         self.pods_by_owner: dict[str, set[str]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
+        self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
 
     # -- pods -----------------------------------------------------------------------------------------------
     def on_pod(self, pod: dict) -> None:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.on_pod_delete(pod)  # a terminated pod holds nothing
+            return
         for uid in self._owners(pod):
             self.pods_by_owner.setdefault(uid, set()).add(object_key(pod))
             self.poke(uid)
@@ -126,9 +163,8 @@ class JobSteering:
                     del self.pods_by_owner[uid]
             self.poke(uid)
 
-    def _owners(self, pod: dict) -> list[str]:
-        return [ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
-                if ref.get("controller") and ref.get("kind") == self.adapter.kind.kind]
+    def _owners(self, pod: dict) -> set[str]:
+        return self.adapter.pod_owners(pod)
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)
@@ -182,6 +218,8 @@ class JobSteering:
         def change(job: dict) -> dict | None:
             if only_suspended and not self.adapter.suspended(job):
                 return None
+            if not self.fits(job, admission):
+                return None  # changed since it was admitted: the Job's own event evicts it
             return self.adapter.run(job, flavors)
 
         try:
@@ -196,6 +234,13 @@ class JobSteering:
             self.admission_wait.labels(admission.cluster_queue).observe(max(0.0, time.time() - created))
             self.events.event(st, "Resumed" if resumed else "Started",
                               f"Admitted by clusterQueue {admission.cluster_queue}")
+
+    def fits(self, job: dict, admission: Admission) -> bool:
+        """The Job's pods are what the admission reserved (equivalence.admission_mismatch)."""
+        try:
+            return admission_mismatch(self.adapter.pod_sets(job), admission) is None
+        except (ValidationError, ValueError):
+            return False
 
     async def _refused(self, st: JobState, admission: Admission, exc: Exception) -> None:
         """Kubernetes 1.24 lets a Job's pod template scheduling fields change only while it is
@@ -218,6 +263,7 @@ class JobSteering:
 
         async def give_back():
             await self.workloads.update(st, lambda wl: W.unreserved(wl, "Pending", message))
+            st.maybe_reserved = False
             self.events.event(st, "AdmissionRefused", message, "Warning")
 
         self.writes.chain(st.key, give_back, release=rid)
@@ -241,31 +287,59 @@ class JobSteering:
         self.writes.chain(st.key, write)
 
     # -- stopping ---------------------------------------------------------------------------------------------
-    def suspend_unadmitted(self, st: JobState) -> None:
-        """A managed Job running without a reservation (created unsuspended with no webhook in
-        front, or its Workload deleted): suspend it; its pods count until they are gone."""
-        rid = self.writes.release()
+    def may_run(self, st: JobState) -> bool:
+        """The Job may have pods: the engine holds its admission and the reservation's write has
+        gone out (an admission waiting for its victims' pods to go has not)."""
+        return st.phase == "admitted" and st.maybe_reserved and self.sched.jobs.get(st.key) is st
+
+    def stop(self, st: JobState) -> None:
+        """A managed Job running without a reservation - created unsuspended with no webhook in
+        front, its Workload deleted, unsuspended by its owner while pending, while its admission
+        waits for its victims' pods, or while it is evicted: suspend it, every time it is seen so
+        (Kueue re-suspends on every reconcile). The suspension is judged again on the live Job
+        (it may have been admitted meanwhile), in a chain of its own: an admission waiting for its
+        releases or an eviction waiting for pods must not hold it up. A pending Job's pods count
+        until they are gone (a release); an evicted one's are its eviction's to wait for."""
+        if st.key in self._stop_queued:
+            return  # one still waits for its turn: it judges the Job as it is then
+        self._stop_queued.add(st.key)
+        rid = self.writes.release(self._cluster_queue(st)) if st.phase in ("pending", "blocked") else None
 
         async def write():
-            if st.phase in ("pending", "blocked"):
-                changed = await self.suspend(st)
-                if changed is not None:
-                    await self.wait_stopped(st)
+            self._stop_queued.discard(st.key)
+            changed = await self._update(st, lambda job: None if self.may_run(st) else self.adapter.suspend(job))
+            if changed is not None and rid is not None:
+                # until its pods are gone - or its owner starts it again after this suspension (a
+                # later generation; the next stop takes over), or it is admitted meanwhile
+                ours = self.adapter.generation(changed)
+                await self.wait_stopped(st, held=False, done=lambda: self.may_run(st) or self._restarted(st, ours))
 
-        self.writes.chain(st.key, write, release=rid)
+        task = self.writes.chain(st.key + "/stop", write, release=rid)
+        task.add_done_callback(lambda _t, key=st.key: self._stop_queued.discard(key))  # cancelled, refused
+
+    def _cluster_queue(self, st: JobState) -> str | None:
+        """The ClusterQueue of the Job's LocalQueue (None: unknown). A Job its owner keeps starting
+        then holds back only the admissions of that cohort tree, not the cluster's."""
+        engine = self.sched.engine
+        lq = engine.state.local_queues.get(f"{st.namespace}/{st.queue_name}") if engine is not None else None
+        return lq.cluster_queue if lq is not None else None
 
     async def suspend(self, st: JobState) -> dict | None:
         return await self._update(st, self.adapter.suspend)
 
-    async def wait_stopped(self, st: JobState) -> None:
-        """Until the Job is suspended and its pods are gone - confirmed by a live list, not only
-        the pod cache: 1.24's job controller sets `status.active` to 0 as soon as it marks the
-        pods for deletion, and a pod watch that lags may never have shown them to us; clearing
-        the reservation then would hand out GPUs that terminating pods still hold."""
+    async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False) -> None:
+        """Until the Job is suspended (or gone) and its pods are gone - confirmed by a live list, not
+        only the pod cache: 1.24's job controller sets `status.active` to 0 as soon as it marks the
+        pods for deletion, and a pod watch that lags may never have shown them to us; clearing the
+        reservation then would hand out GPUs that terminating pods still hold.
+
+        `held`: the pods hold a reservation, so they are waited for even once the Job is no longer
+        tracked (deleted with its pods orphaned, they run on uncounted otherwise). Else the wait
+        ends when the Job is forgotten, or when `done()` says so."""
         pause = 0.05
         while True:
-            await self._wait_until(st.uid, lambda: self._stopped(st))
-            if self.sched.jobs.get(st.key) is not st or not await self._live_pods(st):
+            await self._wait_until(st.uid, lambda: done() or self._stopped(st, held))
+            if done() or (not held and self.sched.jobs.get(st.key) is not st) or not await self._live_pods(st):
                 return
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
@@ -274,15 +348,22 @@ class JobSteering:
         listed = await self.kube.request("GET", K.PODS.path(st.namespace))
         return sum(1 for pod in listed.get("items") or ()
                    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   and any(ref.get("uid") == st.uid for ref in pod["metadata"].get("ownerReferences") or ()))
+                   and st.uid in self.adapter.pod_owners(pod))
 
-    def _stopped(self, st: JobState) -> bool:
-        if self.sched.jobs.get(st.key) is not st:
+    def _restarted(self, st: JobState, after_generation: int) -> bool:
+        """The Job was started again by a change made after `after_generation` (the cache may still
+        show it as it was before our suspension)."""
+        job = self.job(st)
+        return (job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.suspended(job)
+                and self.adapter.generation(job) > after_generation)
+
+    def _stopped(self, st: JobState, held: bool) -> bool:
+        if not held and self.sched.jobs.get(st.key) is not st:
             return True
         job = self.job(st)
-        if job is None:
-            return True
-        return self.adapter.stopped(job) and self.pods_gone(st.uid)
+        if job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.stopped(job):
+            return False
+        return self.pods_gone(st.uid)
 
     async def restore(self, st: JobState) -> None:
         """The Job's own pod template back (its scheduling fields as they were before admission)."""

@@ -14,7 +14,7 @@ import orjson
 from gpuqueue.extender.quota.model import Admission, FlavorSpec
 from gpuqueue.api.quantity import format_engine_int as _format_engine_int
 from gpuqueue.api.quantity import parse_engine_int as _parse_engine_int
-from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 MAIN = "main"
@@ -106,13 +106,39 @@ def original_template(job: dict) -> dict:
     return template
 
 
-def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None) -> dict:
+def pod_sets_of(job: dict) -> list[dict]:
+    """The Workload's `spec.podSets` for a Job: its own pod template (without any flavor's)."""
+    return [{"name": MAIN, "count": pod_count(job), "template": original_template(job)}]
+
+
+_TEMPLATE_FIELDS = ("nodeSelector", "tolerations", "affinity", "overhead")
+
+
+def pod_sets_differ(wl: dict, pod_sets: list[dict], queue_name: str) -> bool:
+    """The Workload's spec no longer says what `pod_sets` (pod_sets_of) and `queue_name` say: by
+    what decides admission (Kueue compares each container's resources; so does this, and the
+    scheduling fields), not by representation."""
+    spec = wl.get("spec") or {}
+    if spec.get("queueName", "") != queue_name:
+        return True
+    have = spec.get("podSets") or []
+    return len(have) != len(pod_sets) or any(_pod_set_key(a) != _pod_set_key(b) for a, b in zip(have, pod_sets))
+
+
+def _pod_set_key(ps: dict) -> tuple:
+    pod = (ps.get("template") or {}).get("spec") or {}
+    return (ps.get("name"), ps.get("count"),
+            [(c.get("resources") or {}, c.get("restartPolicy")) for c in pod.get("initContainers") or ()],
+            [c.get("resources") or {} for c in pod.get("containers") or ()],
+            [pod.get(k) or None for k in _TEMPLATE_FIELDS])
+
+
+def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None, queue_name: str) -> dict:
     meta = job["metadata"]
-    labels = meta.get("labels") or {}
     spec: dict[str, Any] = {
         "active": True,
-        "queueName": labels.get(QUEUE_NAME_LABEL, ""),
-        "podSets": [{"name": MAIN, "count": pod_count(job), "template": original_template(job)}],
+        "queueName": queue_name,
+        "podSets": pod_sets_of(job),
         "priority": priority,
     }
     if priority_class is not None:
@@ -142,6 +168,23 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     return None
 
 
+def _job_owner(obj: dict) -> dict:
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if ref.get("kind") == "Job" and ref.get("controller"):
+            return ref
+    return {}
+
+
+def owner_job(obj: dict) -> str:
+    """The name of the Job that controls `obj` ("" if none)."""
+    return _job_owner(obj).get("name", "")
+
+
+def owner_uid(obj: dict) -> str:
+    """The UID of the Job that controls `obj` ("" if none)."""
+    return _job_owner(obj).get("uid", "")
+
+
 # -- conditions -----------------------------------------------------------------------------------------
 
 def condition(wl: dict | None, type_: str) -> dict | None:
@@ -167,6 +210,18 @@ def set_condition(conditions: list[dict], type_: str, status: str, reason: str, 
         new["observedGeneration"] = generation
     out.append(new)
     return out
+
+
+def without_condition(wl: dict, type_: str) -> dict | None:
+    """The Workload with that condition dropped (status edited in place, on a copy the caller
+    made), or None when it has none."""
+    status = wl.get("status") or {}
+    conds = status.get("conditions") or []
+    kept = [c for c in conds if c.get("type") != type_]
+    if len(kept) == len(conds):
+        return None
+    status["conditions"] = kept
+    return wl
 
 
 def reserved_message(cq: str) -> str:
@@ -231,6 +286,33 @@ def reserved(wl: dict, admission: Admission) -> dict | None:
             conds = set_condition(conds, type_, "False", "QuotaReserved", f"Previously: {c.get('message', '')}",
                                   now, gen)
     status["conditions"] = conds
+    return wl
+
+
+def holds_reservation(wl: dict | None) -> bool:
+    """QuotaReserved and an admission, not Finished: the Workloads whose quota counts."""
+    return bool(((wl or {}).get("status") or {}).get("admission")) and is_true(wl, "QuotaReserved") \
+        and not is_true(wl, "Finished")
+
+
+def shows_reservation(wl: dict | None) -> bool:
+    """Any part of a reservation on the record (the admission, or QuotaReserved or Admitted true)."""
+    return bool(((wl or {}).get("status") or {}).get("admission")) or is_true(wl, "QuotaReserved") \
+        or is_true(wl, "Admitted")
+
+
+def with_admission(wl: dict, admission: Admission) -> dict | None:
+    """The reservation as gpuqueue made it put back (a tenant edited or cleared it), leaving the
+    other conditions (an eviction under way) as they are; None when it already is so."""
+    status = wl.setdefault("status", {})
+    new_admission = admission_to_status(admission)
+    if status.get("admission") == new_admission and is_true(wl, "QuotaReserved") and is_true(wl, "Admitted"):
+        return None
+    now, gen = now_rfc3339(), wl["metadata"].get("generation")
+    status["admission"] = new_admission
+    conds = set_condition(status.get("conditions") or [], "QuotaReserved", "True", "QuotaReserved",
+                          reserved_message(admission.cluster_queue), now, gen)
+    status["conditions"] = set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, gen)
     return wl
 
 

@@ -19,7 +19,7 @@ from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
@@ -30,8 +30,10 @@ from gpuqueue.extender.quota.model import Admission
 class WorkloadWrites:
     def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
                  writes: Writes, events: EventRecorder, metrics: Metrics, priorities: convert.PriorityResolver,
-                 priority_of: Callable[[dict], int], status_changed: Callable[[], None]) -> None:
-        """`status_changed`: the queues' status may show something else now (QueueStatus.changed)."""
+                 priority_of: Callable[[dict], int], status_changed: Callable[[], None],
+                 departed: Callable[[JobState, d.Decision], None]) -> None:
+        """`status_changed`: the queues' status may show something else now (QueueStatus.changed);
+        `departed`: takes the engine's decisions about a gone Job's reservation (Departures.decided)."""
         self.sched = sched
         self.kube = kube
         self.workloads = workloads
@@ -42,6 +44,7 @@ class WorkloadWrites:
         self.priorities = priorities
         self.priority_of = priority_of
         self.status_changed = status_changed
+        self.departed = departed
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
         self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
@@ -57,7 +60,9 @@ class WorkloadWrites:
         st = self.sched.jobs.get(dec.key)
         if st is None:
             return
-        if isinstance(dec, d.Admitted):
+        if st.phase == "departed":
+            self.departed(st, dec)
+        elif isinstance(dec, d.Admitted):
             self.admit(st, dec.admission)
         elif isinstance(dec, d.Preempted):
             preemptor = self.sched.jobs.get(dec.preemptor)
@@ -94,7 +99,7 @@ class WorkloadWrites:
                 return
             pc = W.priority_class_of(job, self.priorities.workload_classes, self.priorities.pod_classes)
             priority = st.priority if st.priority is not None else self.priority_of(job)
-            body = W.build_workload(job, priority, pc)
+            body = W.build_workload(job, priority, pc, st.queue_name)
             try:
                 created = await self.kube.create(K.WORKLOADS, st.namespace, body)
             except Exception as exc:
@@ -186,11 +191,14 @@ class WorkloadWrites:
     # -- evicted and requeued --------------------------------------------------------------------------------------
     def evict(self, st: JobState, reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None, cluster_queue: str | None = None,
-              preempting_cluster_queue: str | None = None) -> None:
+              preempting_cluster_queue: str | None = None, event_message: str | None = None,
+              admission: Admission | None = None) -> None:
+        """`event_message`: the Job's Event says this instead of the condition's message;
+        `admission`: the reservation being taken back, as the engine held it."""
         st.phase = "evicting"
         requeued = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
         local_queue = requeued.spec.queue_name if requeued is not None else ""
-        self._note_evicting(st)
+        self._note_evicting(st, admission)
         rid = self.writes.release(cluster_queue)
         message = ""
 
@@ -221,7 +229,8 @@ class WorkloadWrites:
             message = await make_message()
             marked = await self.workloads.update(st, mark)
             if marked is not None:
-                self.events.event(st, "Stopped" if preempted_reason is None else "Preempted", message)
+                self.events.event(st, "Stopped" if preempted_reason is None else "Preempted",
+                                  event_message or message)
                 uid = self.workloads.uid(st)
                 self.events.on_workload(st, uid, f"EvictedDueTo{reason}", message)
                 if preempted_reason is not None:
@@ -233,7 +242,10 @@ class WorkloadWrites:
 
         self.writes.chain(st.key, write, release=rid)
 
-    def _note_evicting(self, st: JobState) -> None:
+    def _note_evicting(self, st: JobState, admission: Admission | None = None) -> None:
+        if admission is not None:
+            self.evicting[st.key] = admission
+            return
         adm = ((self.workloads.get(st) or {}).get("status") or {}).get("admission")
         if adm:
             try:
@@ -274,6 +286,94 @@ class WorkloadWrites:
         if st.phase == "evicting":
             st.phase = "pending"
 
+    # -- the record kept true --------------------------------------------------------------------------------------
+    def update_spec(self, st: JobState) -> None:
+        """A pending Workload's spec made to match its Job again (Kueue's updateWorkloadToMatchJob):
+        its pod sets, and the LocalQueue the Job is in now. Never the spec of a Workload showing a
+        reservation: an admitted Job that changed is evicted first (this write follows in its
+        chain)."""
+        async def write():
+            job = self.jobs.job(st)
+            if job is None or job["metadata"].get("uid") != st.uid or self.sched.jobs.get(st.key) is not st:
+                return
+            pod_sets = W.pod_sets_of(job)
+
+            def change(wl: dict) -> dict | None:
+                if W.shows_reservation(wl) or not W.pod_sets_differ(wl, pod_sets, st.queue_name):
+                    return None
+                wl["spec"] = {**(wl.get("spec") or {}), "podSets": pod_sets, "queueName": st.queue_name}
+                return wl
+
+            try:
+                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
+                                                  self.workloads.get(st), change, protect=W.status_copy)
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return
+                raise
+            if updated is not None:
+                self.events.event(st, "UpdatedWorkload",
+                                  f"Updated not matching Workload for suspended job: {st.namespace}/{st.wl_name}")
+
+        self.writes.chain(st.key, write)
+
+    def reservation_of(self, st: JobState) -> Admission | None | object:
+        """The reservation the API should show for the Job: the engine's admission (an evicted
+        Job's until its pods are gone), None, or UNSETTLED while a write of ours that changes it
+        may be under way."""
+        if self.sched.jobs.get(st.key) is not st:
+            return UNSETTLED
+        engine = self.sched.engine
+        if st.phase == "admitted":
+            w = engine.state.admitted.get(st.key) if engine is not None else None
+            return w.admission if w is not None and st.maybe_reserved else UNSETTLED
+        if st.phase == "evicting":
+            return self.evicting.get(st.key, UNSETTLED) if st.maybe_reserved else None
+        if st.phase in ("pending", "blocked"):
+            return UNSETTLED if st.maybe_reserved else None
+        return UNSETTLED  # finished, departed
+
+    def record_is_true(self, st: JobState, wl: dict) -> bool:
+        if W.is_true(wl, "Finished") and st.phase not in ("finished", "departed"):
+            return False  # a Finished Workload counts for nothing: only its Job's end says so
+        expected = self.reservation_of(st)
+        if expected is UNSETTLED:
+            return True
+        if expected is None:
+            return not W.shows_reservation(wl)
+        return W.with_admission(W.status_copy(wl), expected) is None
+
+    def set_back(self, st: JobState) -> None:
+        """The controller is the authority on reservations: a Workload showing one the engine did
+        not make (a tenant wrote `status.admission` or QuotaReserved), a reservation edited or
+        cleared, or Finished while its Job runs on (a record that counts nothing), is set back to
+        what the engine holds - judged when the write's turn comes, on the record as it is then."""
+        async def write():
+            expected = self.reservation_of(st)
+            if expected is UNSETTLED and st.phase in ("finished", "departed"):
+                return
+
+            def change(wl: dict) -> dict | None:
+                unfinished = W.without_condition(wl, "Finished") if st.phase != "finished" else None
+                wl = unfinished or wl
+                if expected is UNSETTLED:
+                    return unfinished
+                if expected is None:
+                    if not W.shows_reservation(wl):
+                        return unfinished
+                    pending = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
+                    message = (pending.message if pending is not None and pending.message else d.PENDING_EVALUATION)
+                    reason = pending.reason if pending is not None and pending.message else "Pending"
+                    return W.unreserved(wl, reason, message)
+                return W.with_admission(wl, expected) or unfinished
+
+            if await self.workloads.update(st, change) is not None:
+                what = "pending" if expected is None else f"the reservation in ClusterQueue {expected.cluster_queue}"
+                self.events.event(st, "WorkloadStatusReverted", f"The Workload's reservation was not gpuqueue's: "
+                                  f"set back to {what}", "Warning")
+
+        self.writes.chain(st.key, write)
+
     # -- finished and deleted -----------------------------------------------------------------------------------
     def finish_workload(self, st: JobState, how: str, cluster_queue: str | None = None) -> None:
         """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
@@ -304,6 +404,22 @@ class WorkloadWrites:
             await self.kube.delete(K.WORKLOADS, st.namespace, st.wl_name)
 
         self.writes.chain(st.key, write, release=rid)
+
+    def delete_extra(self, st: JobState, wl: dict) -> None:
+        """A second Workload of a tracked Job (not the one gpuqueue made for it) showing a
+        reservation: deleted, as Kueue deletes the Workloads of a Job beyond the one that matches
+        it. Its reservation was never the engine's, so it is no release."""
+        meta = wl["metadata"]
+
+        async def write():
+            if await self.kube.delete(K.WORKLOADS, meta["namespace"], meta["name"], uid=meta.get("uid")) is not None:
+                self.events.event(st, "DeletedWorkload",
+                                  f"Deleted not matching Workload: {meta['namespace']}/{meta['name']}")
+
+        self.writes.chain(st.key, write)
+
+
+UNSETTLED = object()
 
 
 def _creation_tag(key: str) -> str:

@@ -4,7 +4,10 @@
   LocalQueue named ``default`` if one exists (LocalQueueDefaulting);
 - a Job with a queue is managed;
 - a Job without a queue is left alone, unless ``manageJobsWithoutQueueName`` is on
-  and its namespace matches ``managedJobsNamespaceSelector``.
+  and its namespace matches ``managedJobsNamespaceSelector``;
+- and, unlike Kueue, a Job that holds or waits for quota (it has a Workload that is not finished)
+  stays managed until that Workload finishes, whatever its labels say: removing the label does not
+  take it out of its queue (``stays_managed``, ``queue_name_of``).
 
 The webhook (on CREATE, through ``mutation.mutate_job``), the controller and the simulator
 all decide with these.
@@ -116,3 +119,17 @@ def is_managed(job: Mapping[str, Any], namespace: str, queues: QueueView, config
     if job_queue_name(job) is not None:
         return True
     return config.manage_jobs_without_queue_name and namespace_is_managed(namespace, queues, config)
+
+
+def stays_managed(job: Mapping[str, Any], namespace: str, queues: QueueView, config: ManagedJobsConfig,
+                  has_open_workload: bool) -> bool:
+    """Whether gpuqueue keeps (or takes) a Job: a Job with a Workload that is not finished is
+    held to it - Kueue lets such a Job go as soon as its label goes, and its pods then run
+    uncounted while its Workload lingers - else ``is_managed``."""
+    return has_open_workload or is_managed(job, namespace, queues, config)
+
+
+def queue_name_of(job: Mapping[str, Any], current: str | None) -> str:
+    """The LocalQueue a managed Job waits in: the one its label names, so a new label moves it (as
+    in Kueue); with the label removed, the one it was in (``current``, its Workload's queue)."""
+    return job_queue_name(job) or current or ""

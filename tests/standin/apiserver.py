@@ -20,7 +20,7 @@ from . import resources as R
 from . import status as S
 from .auth import Authn, subject_access_review
 from .faults import EXEMPT_HEADER, Faults
-from .registry import Cluster, Write
+from .registry import CURRENT_USER, Cluster, Write
 from .resources import ResourceType
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,11 @@ class _Watch:
 class ApiServer:
     def __init__(self, *, history_size: int = 1000, bookmark_interval: float = 60.0,
                  pod_deletion_delay: float | None = 0.0, job_controller: bool = False,
-                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES):
-        self.cluster = Cluster(history_size=history_size, pod_deletion_delay=pod_deletion_delay)
+                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES, kubernetes_minor: int = 24):
+        """`kubernetes_minor`: which release's Job update rules to apply (24 by default, the
+        recordings'; see rules.job_update_errors for what later releases let change)."""
+        self.cluster = Cluster(history_size=history_size, pod_deletion_delay=pod_deletion_delay,
+                               kubernetes_minor=kubernetes_minor)
         self.faults = Faults()
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []  # (method, path?query) of every request, for assertions
@@ -197,6 +200,7 @@ class ApiServer:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
+        CURRENT_USER.set(request.headers.get("User-Agent"))  # this request's task only
         q = request.query
         is_watch = _true(q.get("watch"))
         fault = None if EXEMPT_HEADER in request.headers else self.faults.take(request.method, request.path,

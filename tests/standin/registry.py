@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import datetime
 import json
 import logging
@@ -26,6 +27,12 @@ log = logging.getLogger(__name__)
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet for generateName
 
 
+# Who sent the request being served (its User-Agent): kube-apiserver knows the user of every write
+# (audit log, managedFields); tests tell a tenant's writes from the controller's by it.
+CURRENT_USER: contextvars.ContextVar[str | None] = contextvars.ContextVar("standin_user", default=None)
+_CLIENT_VERBS = ("create", "update", "patch", "delete")
+
+
 @dataclass(frozen=True)
 class Write:
     """What an observer sees for every committed write."""
@@ -38,6 +45,7 @@ class Write:
     old: dict | None  # rendered as the resource's own API version
     new: dict  # for DELETED: the last state
     rv: int
+    user: str | None = None  # the client's User-Agent for a client's write; None for the stand-in's own controllers
 
 
 def default_propagation(rt: ResourceType) -> str:
@@ -46,8 +54,10 @@ def default_propagation(rt: ResourceType) -> str:
 
 
 class Cluster:
-    def __init__(self, *, history_size: int = 1000, pod_deletion_delay: float | None = 0.0):
+    def __init__(self, *, history_size: int = 1000, pod_deletion_delay: float | None = 0.0,
+                 kubernetes_minor: int = 24):
         self.store = Store(history_size)
+        self.kubernetes_minor = kubernetes_minor  # the Job update rules of 1.<minor> (rules.job_update_errors)
         self.pod_deletion_delay = pod_deletion_delay
         self.observers: list[Callable[[Write], None]] = []
         self.observer_errors: list[BaseException] = []
@@ -82,7 +92,8 @@ class Cluster:
         event = self.store.commit(rt.storage_key, type_, key, new, old, rv)
         if self.observers:
             write = Write(verb, type_, rt, key[0], key[1], subresource,
-                          self.render(rt, old) if old is not None else None, self.render(rt, new), rv)
+                          self.render(rt, old) if old is not None else None, self.render(rt, new), rv,
+                          CURRENT_USER.get() if verb in _CLIENT_VERBS else None)
             for fn in list(self.observers):
                 try:
                     fn(write)
@@ -291,7 +302,7 @@ class Cluster:
             if not rt.custom:
                 rules.normalize_times(new, rt.kind)
             rules.apply_defaults(rt, new)
-            errs = rules.update_errors(rt, new, old)
+            errs = rules.update_errors(rt, new, old, self.kubernetes_minor)
             if errs:
                 raise S.invalid(rt, name, errs)
         if not rt.custom and subresource == "status" and "status" in new:

@@ -85,6 +85,11 @@ EVENTS = _builtin("", "v1", "events", "Event", True, storage="events",
                                      "reportingInstance": ""})
 JOBS = _builtin("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
                 bookmark_skeleton=JOB_BOOKMARK)
+# Served for the ownerReferences of Jobs a CronJob made (no CronJob controller runs): the garbage
+# collector must find the owner. Bookmark per the 1.24 type's encoding rule, not recorded.
+CRON_JOBS = _builtin("batch", "v1", "cronjobs", "CronJob", True, status_subresource=True, has_generation=True,
+                     bookmark_skeleton={"spec": {"schedule": "", "jobTemplate": {
+                         "metadata": {"creationTimestamp": None}, "spec": JOB_BOOKMARK["spec"]}}, "status": {}})
 LEASES = _builtin("coordination.k8s.io", "v1", "leases", "Lease", True, bookmark_skeleton={"spec": {}})
 EVENTS_V1 = _builtin("events.k8s.io", "v1", "events", "Event", True, storage="events",
                      bookmark_skeleton={"eventTime": None, "regarding": {}, "deprecatedSource": {},
@@ -130,7 +135,7 @@ WORKLOADS = _kueue("workloads", "Workload", True)
 WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityClass", False, status=False)
 
 ALL: tuple[ResourceType, ...] = (
-    NAMESPACES, NODES, PODS, EVENTS, JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
+    NAMESPACES, NODES, PODS, EVENTS, JOBS, CRON_JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
     SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, REPLICA_SETS, STATEFUL_SETS,
     RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
     CONFIG_MAPS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS, API_SERVICES,

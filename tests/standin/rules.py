@@ -357,19 +357,30 @@ def _template_immutable_text(template: dict) -> str:
     return "core.PodTemplateSpec{...}"
 
 
-def job_update_errors(new: dict, old: dict) -> list[FieldError]:
-    """1.24 ValidateJobSpecUpdate: completions, selector, completionMode and the pod template are immutable;
-    with the old Job suspended and never started (status.startTime unset) the template's nodeSelector,
-    tolerations, nodeAffinity, labels and annotations may change (JobMutableNodeSchedulingDirectives)."""
+def job_update_errors(new: dict, old: dict, minor: int = 24) -> list[FieldError]:
+    """ValidateJobSpecUpdate of Kubernetes 1.<minor>. In 1.24: completions, selector, completionMode and
+    the pod template are immutable; with the old Job suspended and never started (status.startTime
+    unset) the template's nodeSelector, tolerations, nodeAffinity, labels and annotations may change
+    (JobMutableNodeSchedulingDirectives). Later releases relax it:
+
+    - 1.27+ (ElasticIndexedJob): an Indexed Job's completions may change together with parallelism,
+      as long as the two stay equal;
+    - 1.36+ (MutablePodResourcesForSuspendedJobs and MutableSchedulingDirectivesForSuspendedJobs, beta
+      and on by default): while the old Job is suspended and has no active pod, its containers' and
+      init containers' resources may change, and so may the scheduling fields even if it has started."""
     spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
     errs = []
+    elastic = (minor >= 27 and old_spec.get("completionMode") == "Indexed"
+               and spec.get("completions") == spec.get("parallelism"))
     for field in ("completions", "selector", "completionMode"):
-        if spec.get(field) != old_spec.get(field):
+        if spec.get(field) != old_spec.get(field) and not (field == "completions" and elastic):
             value = spec.get(field)
             text = go_value(value) if not isinstance(value, dict) else "v1.LabelSelector{...}"
             errs.append(FieldError.immutable(f"spec.{field}", text))
     template, old_template = _editable(spec.get("template") or {}), _editable(old_spec.get("template") or {})
-    mutable = bool(old_spec.get("suspend")) and not (old.get("status") or {}).get("startTime")
+    old_status = old.get("status") or {}
+    suspended = bool(old_spec.get("suspend"))
+    mutable = suspended and (not old_status.get("startTime") or (minor >= 36 and not old_status.get("active")))
     if mutable:
         tspec, otspec = template.setdefault("spec", {}), old_template.setdefault("spec", {})
         for field in _SCHEDULING_DIRECTIVES:
@@ -386,9 +397,27 @@ def job_update_errors(new: dict, old: dict) -> list[FieldError]:
         tmeta, otmeta = template.setdefault("metadata", {}), old_template.setdefault("metadata", {})
         for field in ("labels", "annotations"):
             _copy_field(tmeta, otmeta, field)
+        if minor >= 36:
+            for field in ("containers", "initContainers"):
+                _copy_resources(tspec, otspec, field)
     if template != old_template:
         errs.append(FieldError.immutable("spec.template", _template_immutable_text(template)))
     return errs
+
+
+def _copy_resources(src: dict, dst: dict, field: str) -> None:
+    """The resources of each container in src[field] onto the container of the same index in
+    dst[field] (copies of both lists and containers), so that only the resources may differ."""
+    new, old = src.get(field), dst.get(field)
+    if not isinstance(new, list) or not isinstance(old, list) or len(new) != len(old):
+        return
+    merged = []
+    for n, o in zip(new, old):
+        if isinstance(n, dict) and isinstance(o, dict):
+            o = dict(o)
+            _copy_field(n, o, "resources")
+        merged.append(o)
+    dst[field] = merged
 
 
 def _editable(template: dict) -> dict:
@@ -408,9 +437,9 @@ def _copy_field(src: dict, dst: dict, field: str) -> None:
         dst.pop(field, None)
 
 
-def update_errors(rt: ResourceType, new: dict, old: dict) -> list[FieldError]:
+def update_errors(rt: ResourceType, new: dict, old: dict, minor: int = 24) -> list[FieldError]:
     if rt is R.JOBS:
-        return job_update_errors(new, old)
+        return job_update_errors(new, old, minor)
     if rt is R.PRIORITY_CLASSES and new.get("value") != old.get("value"):
         return [FieldError("FieldValueForbidden", "value", "Forbidden: may not be changed in an update.")]
     return []
