@@ -253,6 +253,29 @@ class Cluster:
             value, policy = pc.get("value"), pc.get("preemptionPolicy")
         return rules.prepare_pod_create(pod, value, policy)
 
+    # --- pods/binding ----------------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, node: str, *, uid: str | None = None, verb: str = "scheduler") -> dict:
+        """POST pods/NAME/binding as kube-scheduler sends it: sets spec.nodeName once and the
+        PodScheduled condition; a second binding, or one to a pod being deleted, is a 409."""
+        old = self._lookup(R.PODS, namespace, name)
+        meta = old["metadata"]
+        if uid is not None and meta.get("uid") != uid:
+            raise S.conflict(R.PODS, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                                           f"{meta.get('uid')}")
+        if meta.get("deletionTimestamp"):
+            raise S.conflict(R.PODS, name, "pod is being deleted, cannot be assigned to a host")
+        if (old.get("spec") or {}).get("nodeName"):
+            raise S.conflict(R.PODS, name, f"pod {name} is already assigned to node \"{old['spec']['nodeName']}\"")
+        new = json_copy(old)
+        new["spec"]["nodeName"] = node
+        status = new.setdefault("status", {})
+        status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"] + [
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+             "lastTransitionTime": rules.fmt_time(rules.now())}]
+        self._commit(R.PODS, "MODIFIED", new, old, verb)
+        return self.render(R.PODS, new)
+
     # --- update / patch ------------------------------------------------------------------------------
 
     def update(self, rt: ResourceType, namespace: str | None, name: str, body, *, subresource: str | None = None,

@@ -1,0 +1,118 @@
+"""The quota as a promise about GPUs on nodes, checked on every write the API server stand-in
+commits (so at every instant the API passes through, not only at the end):
+
+1. every pod that runs (bound to a node, not terminated) and requests GPUs, outside the exempt
+   namespaces, belongs to a workload whose Workload holds a quota reservation;
+2. a workload runs no more pods than its pod set was admitted for, none asking for more GPUs
+   than the admission gave each pod;
+3. the GPUs of running pods, summed per cohort over its ClusterQueues (and per ClusterQueue
+   outside cohorts), never exceed the cohort's quota.
+
+A pod belongs to the workload owned by the first of its controller owners (walking up
+ownerReferences through the objects the API holds) that owns a Workload.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpuqueue.api.quantity import parse_engine_int
+
+from tests.standin import resources as R
+from tests.standin.registry import Cluster, Write
+from tests.standin.scheduler import pod_requests, pod_runs
+
+GPU = "nvidia.com/gpu"
+EXEMPT = frozenset({"kube-system", "gpuqueue-system", "gpu-operator", "nvidia-gpu-operator"})
+_OWNER_KINDS = (R.JOBS,)
+
+
+def _controller_uid(obj: dict) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def _true(wl: dict, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in (wl.get("status") or {}).get("conditions") or ())
+
+
+def _quota(obj: dict) -> int:
+    return sum(parse_engine_int(GPU, r["nominalQuota"]) for rg in (obj.get("spec") or {}).get("resourceGroups") or ()
+               for f in rg.get("flavors") or () for r in f.get("resources") or () if r.get("name") == GPU)
+
+
+class PodInvariant:
+    def __init__(self, cluster: Cluster, exempt: frozenset[str] = EXEMPT) -> None:
+        self.cluster = cluster
+        self.exempt = exempt
+        self.violations: list[str] = []
+        self.checks = 0
+        self.peak_running_gpus = 0
+        cluster.observers.append(self)
+
+    def __call__(self, write: Write) -> None:
+        if write.resource in (R.PODS, R.WORKLOADS):
+            self.check(f"rv {write.rv} ({write.verb} {write.resource.kind} {write.namespace}/{write.name})")
+
+    def _kind(self, rt) -> list[dict]:
+        return list(self.cluster.store.kind(rt.storage_key).values())
+
+    def check(self, when: str) -> None:
+        self.checks += 1
+        workloads = {_controller_uid(w): w for w in self._kind(R.WORKLOADS) if _controller_uid(w)}
+        owners = {o["metadata"]["uid"]: _controller_uid(o) for rt in _OWNER_KINDS for o in self._kind(rt)}
+        running: dict[str, list[dict]] = defaultdict(list)  # workload uid -> its running GPU pods
+        total = 0
+        for pod in self._kind(R.PODS):
+            gpus = pod_requests(pod).get(GPU, 0)
+            if not gpus or not pod_runs(pod):
+                continue
+            total += gpus
+            if pod["metadata"]["namespace"] in self.exempt:
+                continue
+            wl, uid, seen = None, _controller_uid(pod), set()
+            while uid is not None and uid not in seen and wl is None:
+                seen.add(uid)
+                wl = workloads.get(uid)
+                uid = owners.get(uid)
+            name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            if wl is None or not _true(wl, "QuotaReserved") or not (wl.get("status") or {}).get("admission"):
+                self.violations.append(f"{when}: pod {name} runs {gpus} GPUs without an admitted workload"
+                                       f" ({'none' if wl is None else wl['metadata']['name']})")
+                continue
+            running[wl["metadata"]["uid"]].append(pod)
+        self.peak_running_gpus = max(self.peak_running_gpus, total)
+        by_uid = {w["metadata"]["uid"]: w for w in workloads.values()}
+        usage: dict[str, int] = defaultdict(int)  # ClusterQueue -> GPUs of its running pods
+        for uid, pods in running.items():
+            wl = by_uid[uid]
+            adm = wl["status"]["admission"]
+            psa = (adm.get("podSetAssignments") or [{}])[0]
+            count = psa.get("count") or 0
+            per_pod = parse_engine_int(GPU, (psa.get("resourceUsage") or {}).get(GPU, "0")) // max(count, 1)
+            name = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+            if len(pods) > count:
+                self.violations.append(f"{when}: workload {name} runs {len(pods)} pods, admitted for {count}")
+            for pod in pods:
+                gpus = pod_requests(pod).get(GPU, 0)
+                if gpus > per_pod:
+                    self.violations.append(f"{when}: pod {pod['metadata']['name']} of {name} runs {gpus} GPUs, "
+                                           f"admitted {per_pod} per pod")
+                usage[adm.get("clusterQueue", "")] += gpus
+        self._check_cohorts(when, usage)
+
+    def _check_cohorts(self, when: str, usage: dict[str, int]) -> None:
+        capacity: dict[str, int] = defaultdict(int)
+        used: dict[str, int] = defaultdict(int)
+        for cq in self._kind(R.CLUSTER_QUEUES):
+            group = (cq.get("spec") or {}).get("cohortName") or (cq.get("spec") or {}).get("cohort")
+            group = f"cohort {group}" if group else f"ClusterQueue {cq['metadata']['name']}"
+            capacity[group] += _quota(cq)
+            used[group] += usage.get(cq["metadata"]["name"], 0)
+        for cohort in self._kind(R.COHORTS):
+            capacity[f"cohort {cohort['metadata']['name']}"] += _quota(cohort)
+        for group, gpus in used.items():
+            if gpus > capacity[group]:
+                self.violations.append(f"{when}: {group} runs {gpus} GPUs on a quota of {capacity[group]}")

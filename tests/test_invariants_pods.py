@@ -1,0 +1,164 @@
+"""Random histories of hostile tenants against the whole loop: the controller on the API server
+stand-in, the stand-in's job controller making pods, and a stand-in kube-scheduler that calls the
+extender's verbs before it binds anything. The oracle (tests/pod_invariant.py) is over pods, not
+records: checked at every write the API commits, no GPU pod runs without an admitted workload,
+beyond its admitted count or requests, or over its cohort's quota.
+
+A history mixes what tenants do (submit, raise parallelism, drop the queue label, unsuspend by
+hand, raise the template's GPUs, create bare GPU pods, call the extender with forged bodies,
+finish and delete) with controller restarts between them. Seeds make histories reproducible:
+GPUQUEUE_POD_HISTORIES=N runs N more seeds (the long profile)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+import orjson
+import pytest
+from kubernetes_asyncio import client
+
+from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.controller import Controller
+from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.scheduler import verbs
+from tests.controller_support import FAST, Harness
+from tests.pod_invariant import GPU, PodInvariant
+from tests.standin import resources as R
+from tests.standin.scheduler import Scheduler
+
+TEAMS = {"team-a": ("group-a", 4), "team-b": ("group-b", 2), "team-c": ("group-c", 0)}
+GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
+CI_SEEDS = list(range(1, 5))
+LONG = int(os.environ.get("GPUQUEUE_POD_HISTORIES", "0"))
+
+
+def world() -> list[dict]:
+    objs: list[dict] = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                         "metadata": {"name": "gh200"}, "spec": {"nodeLabels": GH200}}]
+    for ns, (cq, quota) in TEAMS.items():
+        objs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+                     "spec": {"cohortName": "flame", "namespaceSelector": {},
+                              "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                              "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+                                  {"name": "gh200", "resources": [{"name": GPU, "nominalQuota": quota}]}]}]}})
+        objs.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                     "metadata": {"namespace": ns, "name": "default"}, "spec": {"clusterQueue": cq}})
+    for i in range(4):  # 32 GPUs of nodes for 6 of quota: only the quota can stop a pod
+        objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gh200-node-{i}", "labels": GH200},
+                     "status": {"allocatable": {GPU: "8", "cpu": "64", "memory": "512Gi", "pods": "110"}}})
+    return objs
+
+
+def job(ns: str, name: str, parallelism: int, completions: int, gpus: int) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"namespace": ns, "name": name, "labels": {QUEUE_NAME_LABEL: "default"}},
+            "spec": {"parallelism": parallelism, "completions": completions, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "train:1",
+                                "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}}}}
+
+
+def bare_pod(ns: str, name: str, gpus: int) -> dict:
+    return {"metadata": {"name": name}, "spec": {"containers": [
+        {"name": "x", "image": "x", "resources": {"limits": {GPU: str(gpus)}}}]}}
+
+
+class Loop:
+    """The harness, a leading controller with its extender view, and the stand-in scheduler that
+    asks that view (in process: the verbs' code, without HTTPS)."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.ctl: Controller | None = None
+        self.view: ControllerClusterView | None = None
+        self.scheduler = Scheduler(h.api.cluster, self.extender)
+
+    async def extender(self, verb: str, body: bytes) -> bytes:
+        if self.view is None:  # the extender is down: kube-scheduler's call fails
+            return orjson.dumps({"Error": "extender unreachable"})
+        answer = {"filter": verbs.filter_verb, "prioritize": verbs.prioritize_verb}[verb](body, self.view)
+        return answer if isinstance(answer, bytes) else orjson.dumps(answer)
+
+    async def start_controller(self) -> None:
+        await self.h.namespace("gpuqueue-system")
+        ctl = Controller(client.ApiClient(self.h.api.client_configuration()), FAST, identity="test")
+        view = ControllerClusterView(ctl)
+        self.h.controllers.append(ctl)
+        await ctl.start()
+        self.ctl, self.view = ctl, view
+
+    async def restart(self) -> None:
+        ctl, self.ctl, self.view = self.ctl, None, None
+        await self.h.kill(ctl)
+        await self.start_controller()
+
+
+async def tenant_step(rng: random.Random, loop: Loop, jobs: list[tuple[str, str]], n: int) -> None:
+    h = loop.h
+    op = rng.choice(["submit", "submit", "parallelism", "drop-label", "unsuspend", "template", "bare-pod",
+                     "forged", "finish", "delete", "restart"])
+    live = [k for k in jobs if h.job(*k) is not None]
+    target = rng.choice(live) if live else None
+    if op == "submit" or target is None and op not in ("bare-pod", "forged", "restart"):
+        ns = rng.choice(list(TEAMS))
+        p = rng.choice([1, 1, 2, 4])
+        await h.submit(job(ns, f"j{n}", p, rng.choice([p, 8]), rng.choice([1, 2])))
+        jobs.append((ns, f"j{n}"))
+    elif op == "parallelism":
+        await h.edit(K.JOBS, *target, lambda j: j["spec"].update(parallelism=rng.choice([2, 4, 8])))
+    elif op == "drop-label":
+        await h.edit(K.JOBS, *target, lambda j: j["metadata"].get("labels", {}).pop(QUEUE_NAME_LABEL, None))
+    elif op == "unsuspend":
+        await h.edit(K.JOBS, *target, lambda j: j["spec"].update(suspend=False))
+    elif op == "template":
+        def more_gpus(j):
+            if j["spec"].get("suspend"):  # the API refuses template changes of a started Job
+                j["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {GPU: "4"}}
+        await h.edit(K.JOBS, *target, more_gpus)
+    elif op == "bare-pod":
+        ns = rng.choice(list(TEAMS))
+        await h.kube.create(K.PODS, ns, bare_pod(ns, f"bare-{n}", rng.choice([1, 8])))
+    elif op == "forged" and loop.view is not None:
+        pod = bare_pod("team-c", f"forged-{n}", 100000)
+        pod["metadata"].update(namespace="team-c", uid=f"made-up-{n}",
+                               labels={"job-name": target[1] if target else "x"})
+        body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gh200-node-{i}" for i in range(4)]})
+        verbs.filter_verb(body, loop.view)
+        verbs.prioritize_verb(body, loop.view)
+    elif op == "finish":
+        h.api.job_controller.succeed_pods(*target)
+    elif op == "delete":
+        h.api.cluster.delete(R.JOBS, *target, propagation="Background")  # kubectl delete: cascade background
+    elif op == "restart":
+        await loop.restart()
+    await asyncio.sleep(rng.choice([0.0, 0.02, 0.1, 0.3]))
+
+
+async def run_history(seed: int, steps: int = 14) -> PodInvariant:
+    rng = random.Random(seed)
+    async with Harness() as h:
+        invariant = PodInvariant(h.api.cluster)
+        for obj in world():
+            await h.apply(obj)
+        loop = Loop(h)
+        await loop.start_controller()
+        loop.scheduler.start()
+        try:
+            jobs: list[tuple[str, str]] = []
+            for n in range(steps):
+                await tenant_step(rng, loop, jobs, n)
+            await asyncio.sleep(1.0)  # let the controller, job controller and scheduler settle
+        finally:
+            await loop.scheduler.stop()
+        invariant.check("at the end")
+        return invariant
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS + list(range(1000, 1000 + LONG)))
+async def test_no_gpu_runs_beyond_what_was_admitted(seed):
+    invariant = await run_history(seed)
+    assert invariant.checks > 0 and invariant.peak_running_gpus > 0, "the history ran no GPU pod at all"
+    assert invariant.violations == [], "\n".join(invariant.violations[:10])
