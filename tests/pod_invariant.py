@@ -8,8 +8,9 @@ commits (so at every instant the API passes through, not only at the end):
 3. the GPUs of running pods, summed per cohort over its ClusterQueues (and per ClusterQueue
    outside cohorts), never exceed the cohort's quota.
 
-A pod belongs to the workload owned by the first of its controller owners (walking up
-ownerReferences through the objects the API holds) that owns a Workload.
+A pod belongs to the workload it started under: the one owned by the first of its controller
+owners (walking up ownerReferences through the objects the API holds) that owns a Workload, when
+the pod is first seen running.
 """
 from __future__ import annotations
 
@@ -38,18 +39,29 @@ def _true(wl: dict, type_: str) -> bool:
                for c in (wl.get("status") or {}).get("conditions") or ())
 
 
+def _reserved(wl: dict) -> bool:
+    return _true(wl, "QuotaReserved") and bool((wl.get("status") or {}).get("admission"))
+
+
 def _quota(obj: dict) -> int:
     return sum(parse_engine_int(GPU, r["nominalQuota"]) for rg in (obj.get("spec") or {}).get("resourceGroups") or ()
                for f in rg.get("flavors") or () for r in f.get("resources") or () if r.get("name") == GPU)
 
 
 class PodInvariant:
+    """A pod belongs to the workload whose reservation it started under: the one its controller
+    owners lead to when it is first seen running. It counts against that reservation until it is
+    gone, also when the Workload itself is deleted first (a deleted Job's Workload is collected
+    while its pods still terminate): the reservation it ran under stays the one it is judged by."""
+
     def __init__(self, cluster: Cluster, exempt: frozenset[str] = EXEMPT) -> None:
         self.cluster = cluster
         self.exempt = exempt
         self.violations: list[str] = []
         self.checks = 0
         self.peak_running_gpus = 0
+        self.started_under: dict[str, str] = {}  # pod uid -> uid of the Workload it started under
+        self.last_reserved: dict[str, dict] = {}  # Workload uid -> the Workload as last seen reserved
         cluster.observers.append(self)
 
     def __call__(self, write: Write) -> None:
@@ -59,9 +71,21 @@ class PodInvariant:
     def _kind(self, rt) -> list[dict]:
         return list(self.cluster.store.kind(rt.storage_key).values())
 
+    def _owner_workload(self, pod: dict, workloads: dict, owners: dict) -> dict | None:
+        wl, uid, seen = None, _controller_uid(pod), set()
+        while uid is not None and uid not in seen and wl is None:
+            seen.add(uid)
+            wl = workloads.get(uid)
+            uid = owners.get(uid)
+        return wl
+
     def check(self, when: str) -> None:
         self.checks += 1
-        workloads = {_controller_uid(w): w for w in self._kind(R.WORKLOADS) if _controller_uid(w)}
+        live = {w["metadata"]["uid"]: w for w in self._kind(R.WORKLOADS)}
+        for uid, wl in live.items():
+            if _reserved(wl):
+                self.last_reserved[uid] = wl
+        by_owner = {_controller_uid(w): w for w in live.values() if _controller_uid(w) and not _true(w, "Finished")}
         owners = {o["metadata"]["uid"]: _controller_uid(o) for rt in _OWNER_KINDS for o in self._kind(rt)}
         running: dict[str, list[dict]] = defaultdict(list)  # workload uid -> its running GPU pods
         total = 0
@@ -72,22 +96,25 @@ class PodInvariant:
             total += gpus
             if pod["metadata"]["namespace"] in self.exempt:
                 continue
-            wl, uid, seen = None, _controller_uid(pod), set()
-            while uid is not None and uid not in seen and wl is None:
-                seen.add(uid)
-                wl = workloads.get(uid)
-                uid = owners.get(uid)
             name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-            if wl is None or not _true(wl, "QuotaReserved") or not (wl.get("status") or {}).get("admission"):
-                self.violations.append(f"{when}: pod {name} runs {gpus} GPUs without an admitted workload"
-                                       f" ({'none' if wl is None else wl['metadata']['name']})")
+            wl_uid = self.started_under.get(pod["metadata"]["uid"])
+            if wl_uid is None:
+                wl = self._owner_workload(pod, by_owner, owners)
+                if wl is None or not _reserved(wl):
+                    self.violations.append(f"{when}: pod {name} runs {gpus} GPUs without an admitted workload"
+                                           f" ({'none' if wl is None else wl['metadata']['name']})")
+                    continue
+                wl_uid = self.started_under[pod["metadata"]["uid"]] = wl["metadata"]["uid"]
+            wl = live.get(wl_uid)
+            if wl is not None and not _reserved(wl):
+                self.violations.append(f"{when}: pod {name} runs {gpus} GPUs after the reservation of "
+                                       f"{wl['metadata']['name']} it started under was cleared")
                 continue
-            running[wl["metadata"]["uid"]].append(pod)
+            running[wl_uid].append(pod)
         self.peak_running_gpus = max(self.peak_running_gpus, total)
-        by_uid = {w["metadata"]["uid"]: w for w in workloads.values()}
         usage: dict[str, int] = defaultdict(int)  # ClusterQueue -> GPUs of its running pods
         for uid, pods in running.items():
-            wl = by_uid[uid]
+            wl = live.get(uid) or self.last_reserved[uid]
             adm = wl["status"]["admission"]
             psa = (adm.get("podSetAssignments") or [{}])[0]
             count = psa.get("count") or 0
