@@ -11,6 +11,10 @@ commits (so at every instant the API passes through, not only at the end):
 A pod belongs to the workload it started under: the one owned by the first of its controller
 owners (walking up ownerReferences through the objects the API holds) that owns a Workload, when
 the pod is first seen running.
+
+tests/controller_support.py's PodObserver is the same promise for harnesses without a scheduler
+(every pod of an unsuspended Job counts as running there); this one needs tests/standin/
+scheduler.py, so that "runs" means bound by a scheduler that asked the extender.
 """
 from __future__ import annotations
 

@@ -9,29 +9,18 @@ import copy
 
 from . import resources as R
 from . import rules
+from .loop import BackgroundLoop
 from .registry import Cluster, Write
 
 
-class JobController:
+class JobController(BackgroundLoop):
     def __init__(self, cluster: Cluster, *, keep_start_time_on_suspend: bool = True):
         # 1.24 keeps status.startTime when a Job is suspended (fact 33); later releases clear it.
         self.cluster = cluster
         self.keep_start_time_on_suspend = keep_start_time_on_suspend
         self._dirty: set[tuple[str, str]] = set()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
         cluster.observers.append(self._on_write)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
 
     def _on_write(self, write: Write) -> None:
         if write.resource is R.JOBS and write.verb != "job-controller":

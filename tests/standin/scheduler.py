@@ -30,6 +30,7 @@ from gpuqueue.api.quantity import parse_engine_int
 from . import resources as R
 from . import rules
 from . import status as S
+from .loop import BackgroundLoop
 from .registry import Cluster, Write
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def pod_requests(pod: dict) -> dict[str, int]:
         return {}
 
 
-class Scheduler:
+class Scheduler(BackgroundLoop):
     def __init__(self, cluster: Cluster, extender: Extender | None = None, *,
                  managed_resources: tuple[str, ...] = ("nvidia.com/gpu",),
                  scheduler_names: tuple[str, ...] = ("default-scheduler",), backoff: float = 0.05,
@@ -66,19 +67,10 @@ class Scheduler:
         self.extender_errors = 0
         self._backoff_until: dict[str, float] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
         cluster.observers.append(self._on_write)
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await super().stop()
         if self._on_write in self.cluster.observers:
             self.cluster.observers.remove(self._on_write)
 
