@@ -156,7 +156,10 @@ async def run_history(seed: int, steps: int = 14) -> PodInvariant:
         await loop.start_controller()
         loop.scheduler.start()
         try:
-            jobs: list[tuple[str, str]] = []
+            # one Job within team-a's guarantee first, so that every history runs GPU pods
+            await h.submit(job("team-a", "first", 1, 2, 1))
+            jobs: list[tuple[str, str]] = [("team-a", "first")]
+            await asyncio.sleep(0.3)
             for n in range(steps):
                 await tenant_step(rng, loop, jobs, n)
             await asyncio.sleep(1.0)  # let the controller, job controller and scheduler settle
