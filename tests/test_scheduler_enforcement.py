@@ -350,6 +350,17 @@ async def test_gpu_pods_of_no_workload(tmp_path, mode, caplog):
             assert answer["NodeNames"] == NODES and answer["FailedAndUnresolvableNodes"] == {}, pod["metadata"]
         assert c.violations("no_workload") == (0 if mode == "Off" else 3)
         assert c.reserved_gpus() == {n: 0 for n in NODES}
+        # Audit also tells the pod's owner, where `kubectl describe pod` shows it: one Warning per pod
+        await c.filter(tenant[0])  # a second attempt records no second Event
+
+        def events():
+            return sorted((e["involvedObject"]["name"], e["type"], e["message"])
+                          for e in c.h.api.cluster.store.kind(R.EVENTS.storage_key).values()
+                          if e.get("reason") == "QuotaNotEnforced")
+        want = sorted((p["metadata"]["name"], "Warning", f"gpuqueue: pod team-a/{p['metadata']['name']} requests "
+                       "nvidia.com/gpu but belongs to no admitted workload (enforcement Audit: not refused)")
+                      for p in tenant[:3]) if mode == "Audit" else []
+        await eventually(lambda: events() == want, what=f"QuotaNotEnforced events {events()}")
 
 
 # -- a pod's requests as Kubernetes counts them, against its pod set's admission ------------------------

@@ -31,22 +31,27 @@ class EventRecorder:
 
     def event(self, st: JobState, reason: str, message: str, type_: str = "Normal") -> None:
         """On the Job."""
-        self._record(st, {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
-                          "apiVersion": "batch/v1"}, reason, message, type_)
+        self._record(st.key, {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
+                              "apiVersion": "batch/v1"}, reason, message, type_)
 
     def on_workload(self, st: JobState, uid: str, reason: str, message: str, type_: str = "Normal") -> None:
         """On the Job's Workload, where Kueue records QuotaReserved, Admitted, Pending, Preempted and
         EvictedDueTo*: out of the same budget as the Job's."""
-        self._record(st, {"kind": "Workload", "namespace": st.namespace, "name": st.wl_name, "uid": uid,
-                          "apiVersion": f"{K.KUEUE_GROUP}/{K.KUEUE_VERSION}"}, reason, message, type_)
+        self._record(st.key, {"kind": "Workload", "namespace": st.namespace, "name": st.wl_name, "uid": uid,
+                              "apiVersion": f"{K.KUEUE_GROUP}/{K.KUEUE_VERSION}"}, reason, message, type_)
 
-    def _record(self, st: JobState, involved: dict, reason: str, message: str, type_: str) -> None:
+    def on_pod(self, namespace: str, name: str, uid: str, reason: str, message: str, type_: str = "Warning") -> None:
+        """On a pod (what enforcement in Audit mode lets through), shown by `kubectl describe pod`."""
+        self._record(f"{namespace}/{name}", {"kind": "Pod", "namespace": namespace, "name": name, "uid": uid,
+                                             "apiVersion": "v1"}, reason, message, type_)
+
+    def _record(self, key: str, involved: dict, reason: str, message: str, type_: str) -> None:
         if not self._budget.try_take():
             self.dropped.inc()
             return
         now = W.now_rfc3339()
         body = {
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": st.namespace},
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
             "involvedObject": involved,
             "reason": reason, "message": message, "type": type_, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
@@ -57,8 +62,8 @@ class EventRecorder:
         async def send():
             CALL_CLASS.set(INFORM)  # (spawned from a write's task, whose context it copied)
             try:
-                await self.kube.create(K.EVENTS, st.namespace, body)
+                await self.kube.create(K.EVENTS, involved["namespace"], body)
             except Exception as exc:  # noqa: BLE001
-                log.debug("event %s on %s not recorded: %s", reason, st.key, exc)
+                log.debug("event %s on %s not recorded: %s", reason, key, exc)
 
         self.spawn(send())

@@ -173,6 +173,9 @@ class CacheView(ViewIndexes):
             log.warning("enforcement (Audit, not refused): %s", violation.message)
 
 
+AUDIT_EVENT_REASON = "QuotaNotEnforced"
+
+
 class ControllerClusterView(CacheView):
     def __init__(self, ctl: "Controller", enforcement: EnforcementConfig | None = None) -> None:
         informers = ctl.informers
@@ -181,6 +184,7 @@ class ControllerClusterView(CacheView):
                          lambda: cqs.list() if cqs.synced.is_set() else None, informers["resourceflavors"].store)
         self.ctl = ctl
         self._violations = ctl.metrics.enforcement_violations
+        self._audited: set[tuple[str, str]] = set()
 
         def on(name: str, upsert, remove) -> None:
             informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new), on_delete=remove)
@@ -199,3 +203,10 @@ class ControllerClusterView(CacheView):
     def report(self, violation: Violation) -> None:
         self._violations.labels(violation.reason).inc()
         super().report(violation)
+        pod = violation.pod
+        if self._enforcement.mode == AUDIT and (pod.uid, violation.reason) not in self._audited:
+            if len(self._audited) >= 4096:
+                self._audited.clear()
+            self._audited.add((pod.uid, violation.reason))  # one Event per pod and reason, not per attempt
+            self.ctl.events.on_pod(pod.namespace, pod.name, pod.uid, AUDIT_EVENT_REASON,
+                                   f"{violation.message} (enforcement Audit: not refused)")
