@@ -260,16 +260,33 @@ class Controller:
         the one it made, set it back (workload_writes.set_back). Only a change of the reservation
         is judged: the echo of an older write of ours, arriving after the engine moved on, changes
         nothing of it."""
-        if not self.recovered or _reservation_view(old) == _reservation_view(wl):
+        if not self.recovered:
             return
         st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
-        if st is None:
+        if st is not None and st.wl_name == wl["metadata"]["name"]:
+            self._follow_active(st, wl)
+        if st is None or _reservation_view(old) == _reservation_view(wl):
             return
         if st.wl_name != wl["metadata"]["name"]:
             if W.shows_reservation(wl) and W.owner_uid(wl) == st.uid:
                 self.workload_writes.delete_extra(st, wl)  # one Workload per Job, gpuqueue's
         elif not self.workload_writes.record_is_true(st, wl):
             self.workload_writes.set_back(st)
+
+    def _follow_active(self, st: JobState, wl: dict) -> None:
+        """Kueue's spec.active, held against what the engine holds (so a missed or repeated event
+        changes nothing): false deactivates the workload - an admitted Job is evicted, a pending one
+        leaves its queue - true queues it again."""
+        engine = self.engine
+        active = W.is_active(wl)
+        if engine is None or st.phase in ("finished", "departed") or active != engine.is_inactive(st.key):
+            return
+        if active:
+            engine.reactivate(st.key)
+            self.workload_writes.reactivate(st)
+        else:
+            self.workload_writes.deactivate(st, engine.deactivate(st.key, time.time()))
+        self.mark_dirty()
 
     def _on_workload_delete(self, wl: dict) -> None:
         """Someone deleted the Workload of a live Job: as Kueue does, stop the Job and queue it
@@ -415,6 +432,7 @@ class Controller:
                 log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
             else:
                 self._restore_admitted(st, job, wl, adm)
+                self._follow_active(st, wl)  # an inactive one stays so: evicted if admitted
                 return st
         requeued = W.condition(wl, "Requeued") if wl else None
         queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
@@ -425,6 +443,8 @@ class Controller:
         if wl is not None and W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
             self.workload_writes.update_spec(st)  # changed while no leader ran
         self._steer(st, job)
+        if wl is not None:
+            self._follow_active(st, wl)
         return st
 
     def _restore_admitted(self, st: JobState, job: dict, wl: dict, adm) -> None:

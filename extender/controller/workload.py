@@ -199,6 +199,11 @@ def is_true(wl: dict | None, type_: str) -> bool:
     return c is not None and c.get("status") == "True"
 
 
+def is_active(wl: dict | None) -> bool:
+    """Kueue's spec.active (true when unset): false stops the workload (`gpuqueue stop workload`)."""
+    return ((wl or {}).get("spec") or {}).get("active", True) is not False
+
+
 def set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str, now: str,
                   generation: int | None = None) -> list[dict]:
     """A new list with the condition set; lastTransitionTime moves only when the status does."""
@@ -326,12 +331,26 @@ def unreserved(wl: dict, reason: str, message: str) -> dict:
     return wl
 
 
-def requeued(wl: dict, reason: str, message: str) -> dict:
+def requeued(wl: dict, reason: str, message: str, queued: bool = True) -> dict:
+    """The reservation cleared after an eviction; Requeued true, or false while the workload is held
+    out of its queue (deactivated)."""
     out = unreserved(wl, "Pending", message)
     status = out["status"]
-    status["conditions"] = set_condition(status["conditions"], "Requeued", "True", reason, message, now_rfc3339(),
-                                         wl["metadata"].get("generation"))
+    status["conditions"] = set_condition(status["conditions"], "Requeued", "True" if queued else "False", reason,
+                                         message, now_rfc3339(), wl["metadata"].get("generation"))
     return out
+
+
+def with_requeued(wl: dict, queued: bool, reason: str, message: str) -> dict | None:
+    """Requeued set (Kueue's Deactivated / Reactivated), or None when it already is so."""
+    c = condition(wl, "Requeued")
+    status = "True" if queued else "False"
+    if c is not None and (c.get("status"), c.get("reason"), c.get("message")) == (status, reason, message):
+        return None
+    st = wl.setdefault("status", {})
+    st["conditions"] = set_condition(st.get("conditions") or [], "Requeued", status, reason, message, now_rfc3339(),
+                                     wl["metadata"].get("generation"))
+    return wl
 
 
 # -- the Job's pod template ---------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ class WorkloadWrites:
         """`event_message`: the Job's Event says this instead of the condition's message;
         `admission`: the reservation being taken back, as the engine held it."""
         st.phase = "evicting"
-        requeued = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
+        engine = self.sched.engine
+        requeued = (engine.pending.get(st.key) or engine.inactive.get(st.key)) if engine is not None else None
         local_queue = requeued.spec.queue_name if requeued is not None else ""
         self._note_evicting(st, admission)
         rid = self.writes.release(cluster_queue)
@@ -272,7 +273,8 @@ class WorkloadWrites:
         that write waits in the same chain)."""
         await self.jobs.suspend(st)
         await self.jobs.wait_stopped(st)
-        await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message))
+        queued = reason != d.DEACTIVATED
+        await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message, queued))
         if rid is not None:
             self.writes.released(rid)
         self._evicted(st)
@@ -285,6 +287,34 @@ class WorkloadWrites:
         self.status_changed()
         if st.phase == "evicting":
             st.phase = "pending"
+
+    # -- deactivated and reactivated (spec.active) ------------------------------------------------------------
+    def deactivate(self, st: JobState, evicted: d.Evicted | None) -> None:
+        """Kueue's deactivation carried out: an admitted Job is evicted (`evicted`, the engine's
+        decision: its Job suspended, its reservation cleared once its pods are gone, Requeued false);
+        a pending one is told it is held out of its queue (Requeued false)."""
+        if evicted is not None:
+            self.apply(evicted)
+            return
+
+        async def write():
+            await self.workloads.update(st, lambda wl: W.with_requeued(wl, False, d.DEACTIVATED,
+                                                                       d.DEACTIVATED_MESSAGE))
+
+        self.writes.chain(st.key, write)
+
+    def reactivate(self, st: JobState) -> None:
+        """spec.active is true again: the Workload says it is queued again (Requeued true)."""
+        def change(wl: dict) -> dict | None:
+            c = W.condition(wl, "Requeued")
+            if c is None or c.get("status") != "False" or c.get("reason") != d.DEACTIVATED:
+                return None
+            return W.with_requeued(wl, True, d.REACTIVATED, d.REACTIVATED_MESSAGE)
+
+        async def write():
+            await self.workloads.update(st, change)
+
+        self.writes.chain(st.key, write)
 
     # -- the record kept true --------------------------------------------------------------------------------------
     def update_spec(self, st: JobState) -> None:

@@ -50,4 +50,9 @@ BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recent
 NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"  # Kueue v0.18 (lower-case w)
 # Reasons of a workload that did not fit (Kueue's "no fit" reasons); an equivalent workload
 # arriving meanwhile is not evaluated and says BYPASSED with the same reason.
+# Kueue's deactivation (spec.active false): the reason of Evicted and Requeued=False, and its words
+DEACTIVATED = "Deactivated"
+DEACTIVATED_MESSAGE = "The workload is deactivated"
+REACTIVATED = "Reactivated"
+REACTIVATED_MESSAGE = "The workload was reactivated"
 NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor"})

@@ -60,6 +60,10 @@ class QuotaEngine:
         self._ready: set[str] = set()  # ClusterQueues that may have something to look at
         self._wakeups: list[tuple[float, str]] = []  # (time, ClusterQueue): protections ending
         self._unannounced: set[str] = set()  # pending workloads that never got a message
+        # Workloads whose spec.active is false (Kueue's deactivation): held out of every queue,
+        # whatever path hands them back (a resubmission, an eviction), until reactivated.
+        self._inactive_keys: set[str] = set()
+        self.inactive: dict[str, PendingWorkload] = {}
         self._assignments: dict[int, tuple] = {}  # id(group) -> (version, assignment)
         self._admissions = 0
         self._seq = 0
@@ -122,7 +126,7 @@ class QuotaEngine:
 
     def submit(self, wl: WorkloadSpec) -> None:
         """A new workload (a Job was created); it waits for the next pass."""
-        if wl.key in self.pending or wl.key in self.state.admitted:
+        if wl.key in self.pending or wl.key in self.state.admitted or wl.key in self.inactive:
             raise ValueError(f"workload {wl.key} is already known")
         if not wl.seq:
             wl.seq = self.next_seq()
@@ -130,6 +134,9 @@ class QuotaEngine:
         self._enqueue(p)
 
     def _enqueue(self, p: PendingWorkload) -> None:
+        if p.spec.key in self._inactive_keys:
+            self.inactive[p.spec.key] = p
+            return
         self.pending[p.spec.key] = p
         self._unannounced.add(p.spec.key)
         if self._routed_epoch == self._epoch and not self._tree_dirty:
@@ -145,12 +152,22 @@ class QuotaEngine:
         self._bump(admission.cluster_queue, freed=False)
 
     def finish(self, key: str) -> AdmittedWorkload | PendingWorkload | None:
-        """The workload's Job completed or was deleted: its quota is free again."""
+        """The workload's Job completed or was deleted: its quota is free again (and an inactive
+        one is forgotten with its deactivation)."""
         self._ensure_tree()
+        self._inactive_keys.discard(key)
+        held_out = self.inactive.pop(key, None)
+        if held_out is not None:
+            return held_out
         w = self.state.release(key)
         if w is not None:
             self._bump(w.admission.cluster_queue, freed=True)
             return w
+        return self._unqueue(key)
+
+    delete = finish
+
+    def _unqueue(self, key: str) -> PendingWorkload | None:
         p = self.pending.pop(key, None)
         if p is not None:
             self._unannounced.discard(key)
@@ -160,7 +177,38 @@ class QuotaEngine:
                 self._ready.add(q.name)  # a StrictFIFO queue may have lost the head that blocked it
         return p
 
-    delete = finish
+    def deactivate(self, key: str, now: float) -> d.Evicted | None:
+        """The workload's spec.active became false (Kueue's deactivation). An admitted one gives
+        its quota back and is evicted (the decision returned, reason Deactivated); a pending one
+        leaves its queue. Either is held out of the queues until reactivated, and comes back
+        queued at its deactivation time (the time of Kueue's Evicted condition)."""
+        self._ensure_tree()
+        if key in self._inactive_keys:
+            return None
+        self._inactive_keys.add(key)
+        if key in self.state.admitted:
+            p = self.evict(key, now)  # held out, not queued: the key is inactive
+            assert p is not None and p.cluster_queue is not None
+            return d.Evicted(key, p.cluster_queue, d.DEACTIVATED, d.DEACTIVATED_MESSAGE)
+        p = self._unqueue(key)
+        if p is not None:
+            p.queue_ts = (now, self.next_seq())
+            p.evaluated = False
+            p.message = None
+            self.inactive[key] = p
+        return None
+
+    def reactivate(self, key: str) -> bool:
+        """spec.active is true again: the workload is queued again (True when it was held out)."""
+        self._inactive_keys.discard(key)
+        p = self.inactive.pop(key, None)
+        if p is None:
+            return False
+        self._enqueue(p)
+        return True
+
+    def is_inactive(self, key: str) -> bool:
+        return key in self._inactive_keys
 
     def evict(self, key: str, now: float) -> PendingWorkload | None:
         """Take an admitted workload's quota back and requeue it (at its eviction time)."""
