@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 
 from . import resources as R
+from . import managedfields
 from . import status as S
 from .costs import CostedServer, CostModel, verb_of
 from .faults import EXEMPT_HEADER, Faults
@@ -95,8 +96,10 @@ class _Watch:
 class ApiServer:
     def __init__(self, *, history_size: int = 1000, bookmark_interval: float = 60.0,
                  pod_deletion_delay: float | None = 0.0, job_controller: bool = False,
-                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES, cost_model: CostModel | None = None):
-        self.cluster = Cluster(history_size=history_size, pod_deletion_delay=pod_deletion_delay)
+                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES, cost_model: CostModel | None = None,
+                 managed_fields: bool = False):
+        self.cluster = Cluster(history_size=history_size, pod_deletion_delay=pod_deletion_delay,
+                               managed_fields=managed_fields)
         self.faults = Faults()
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []  # (method, path?query) of every request, for assertions
@@ -269,6 +272,9 @@ class ApiServer:
         return _error_response(S.internal_error(f"{type(exc).__name__}: {exc}"))
 
     async def _dispatch(self, request: web.Request, q, is_watch: bool, fault) -> web.StreamResponse:
+        if self.cluster.managed_fields and request.method != "GET":
+            managedfields.MANAGER.set(managedfields.manager_from(request.headers.get("User-Agent"),
+                                                                 q.get("fieldManager")))
         try:
             route = _route(request.path)
             if request.method == "GET":
@@ -297,6 +303,10 @@ class ApiServer:
             raise S.method_not_allowed()
         except S.ApiError as err:
             return _error_response(err)
+        except ConnectionResetError:
+            # the client went away before its body was read (with a cost model, while it waited to be
+            # served): nothing to answer, and no fault of the server's
+            return web.Response(status=499)
         except Exception as exc:  # noqa: BLE001 - a stand-in bug must show up in the test, not kill the server
             return self._internal(request, exc)
 

@@ -339,22 +339,22 @@ def verb_of(method: str, has_name: bool) -> str:
 # - cores: 2, the machine; the controller, the driver and etcd ran on the same two cores in the
 #   measurement, which the stand-in cannot take from the model (its own process competes with the
 #   controller for the real cores instead).
-_WRITE_WAIT = 0.002
+_WRITE_WAIT = 0.006
 REAL_1_24 = CostModel(
     name="real-1.24",
     costs={
-        "update workloads.kueue.x-k8s.io/status": Cost(0.0031, _WRITE_WAIT),
-        "patch workloads.kueue.x-k8s.io/status": Cost(0.0031, _WRITE_WAIT),
-        "create workloads.kueue.x-k8s.io": Cost(0.0025, _WRITE_WAIT),
-        "update jobs.batch": Cost(0.0023, _WRITE_WAIT),
-        "patch jobs.batch": Cost(0.0023, _WRITE_WAIT),
-        "update jobs.batch/status": Cost(0.0023, _WRITE_WAIT),
-        "create jobs.batch": Cost(0.0058, _WRITE_WAIT),
-        "update clusterqueues.kueue.x-k8s.io/status": Cost(0.0031, _WRITE_WAIT),
-        "update localqueues.kueue.x-k8s.io/status": Cost(0.0031, _WRITE_WAIT),
+        "update workloads.kueue.x-k8s.io/status": Cost(0.0038, _WRITE_WAIT),
+        "patch workloads.kueue.x-k8s.io/status": Cost(0.0038, _WRITE_WAIT),
+        "create workloads.kueue.x-k8s.io": Cost(0.0032, _WRITE_WAIT),
+        "update jobs.batch": Cost(0.0029, _WRITE_WAIT),
+        "patch jobs.batch": Cost(0.0029, _WRITE_WAIT),
+        "update jobs.batch/status": Cost(0.0029, _WRITE_WAIT),
+        "create jobs.batch": Cost(0.0035, _WRITE_WAIT),
+        "update clusterqueues.kueue.x-k8s.io/status": Cost(0.0038, _WRITE_WAIT),
+        "update localqueues.kueue.x-k8s.io/status": Cost(0.0038, _WRITE_WAIT),
     },
-    default_read=Cost(0.0008),
-    default_write=Cost(0.0025, _WRITE_WAIT),
+    default_read=Cost(0.0010),
+    default_write=Cost(0.0032, _WRITE_WAIT),
     list_item_cpu=0.00002,
     cores=2.0,
 )
