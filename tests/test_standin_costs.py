@@ -54,6 +54,17 @@ async def put(session: aiohttp.ClientSession, api: ApiServer, i: int, headers=SA
         return resp.status, time.monotonic() - t0, dict(resp.headers), text
 
 
+async def burst(session, cost_model: CostModel, n: int, headers=SA) -> tuple[ApiServer, list, float]:
+    """n writes at once against a server with that model: (the server, the answers, seconds)."""
+    api = await start(cost_model)
+    try:
+        t0 = time.monotonic()
+        results = await asyncio.gather(*(put(session, api, i, headers) for i in range(n)))
+        return api, results, time.monotonic() - t0
+    finally:
+        await api.stop()
+
+
 @pytest.fixture
 async def session():
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
@@ -63,13 +74,7 @@ async def session():
 async def test_a_burst_of_writes_shares_the_cores(session):
     """20 writes of 50 ms CPU each on 2 cores: 0.5 s of work for the server, so the burst takes
     0.5 s, and - the cores being shared - none of them is answered much before the others."""
-    api = await start(model(cpu=0.05))
-    try:
-        t0 = time.monotonic()
-        results = await asyncio.gather(*(put(session, api, i) for i in range(20)))
-        took = time.monotonic() - t0
-    finally:
-        await api.stop()
+    api, results, took = await burst(session, model(cpu=0.05), 20)
     assert [r[0] for r in results] == [200] * 20
     assert 0.45 <= took < 0.9, took
     assert min(r[1] for r in results) >= 0.4  # processor sharing: each got a tenth of a core
@@ -130,13 +135,7 @@ async def test_a_write_commits_at_the_end_of_its_service(session):
 async def test_at_most_the_level_s_seats_are_served_at_once(session):
     """4 seats: 12 writes of 50 ms CPU on plenty of cores run 4 at a time (three rounds), the rest
     waiting in the queue; every one is answered."""
-    api = await start(model(cpu=0.05, cores=100.0, seats=4))
-    try:
-        t0 = time.monotonic()
-        results = await asyncio.gather(*(put(session, api, i) for i in range(12)))
-        took = time.monotonic() - t0
-    finally:
-        await api.stop()
+    api, results, took = await burst(session, model(cpu=0.05, cores=100.0, seats=4), 12)
     assert [r[0] for r in results] == [200] * 12
     assert api.costs.peak_in_service == 4
     assert 0.14 <= took < 0.5, took  # 3 rounds of 50 ms
@@ -197,13 +196,7 @@ async def test_the_kubernetes_client_sees_the_429(session):
 async def test_exempt_requests_take_no_seat_but_share_the_cores(session):
     """The cluster admin (no credentials here) is never queued or refused, but its requests use
     the same cores."""
-    api = await start(model(cpu=0.05, seats=1, queue_length=0))
-    try:
-        t0 = time.monotonic()
-        results = await asyncio.gather(*(put(session, api, i, headers={}) for i in range(10)))
-        took = time.monotonic() - t0
-    finally:
-        await api.stop()
+    api, results, took = await burst(session, model(cpu=0.05, seats=1, queue_length=0), 10, headers={})
     assert [r[0] for r in results] == [200] * 10
     assert 0.22 <= took < 0.6, took  # 0.5 s of CPU on 2 cores
     assert api.costs.peak_in_service == 10
