@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
@@ -53,7 +54,8 @@ class Controller:
             fn, args = kind.list_call(api)
             self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
                                                  backoff_initial=self.options.watch_backoff_initial,
-                                                 backoff_max=self.options.watch_backoff_max)
+                                                 backoff_max=self.options.watch_backoff_max,
+                                                 transform=transform_for(kind.name))
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
