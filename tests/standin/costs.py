@@ -321,23 +321,22 @@ def verb_of(method: str, has_name: bool) -> str:
 
 # --- the calibrated model ------------------------------------------------------------------------------
 #
-# Where each figure comes from (docs/apiserver-standin.md "Costs" has the derivation):
+# Where the figures come from (docs/apiserver-standin.md "Costs" has the comparison):
 # - issue 16 measured, on this kind of machine (2 cores) against kube-apiserver 1.24 + etcd 3.4 under
-#   bench/kueue_realtime.py's baseline load, the average time the server spent per request: Workload
-#   status PUT 44 ms, Workload POST 36 ms, Job PUT 33 ms, Job POST 79 ms; and 337-358 s of
-#   kube-apiserver CPU for the run (~100,000 requests: 3.4 ms each on average).
-# - Those averages are latencies under load, mostly waiting for the same two cores (the CPU alone would
-#   be 4,600 s for the run), so each request's CPU demand is its latency scaled by one factor chosen so
-#   that the modeled CPU of the run is the measured one, less the part of each latency that is etcd's
-#   commit (`wait`, no CPU of the server's: 2 ms, etcd's own guidance for a healthy WAL fsync + raft
-#   round trip on one member being "under 10 ms", and a single-member write on SSD ~1-2 ms).
-# - Kinds the issue did not measure take the measured kind they resemble most (status writes of
-#   ClusterQueues/LocalQueues like a Workload's status; Events, Leases and deletes like a Workload
-#   create); reads (GET) take the etcd quorum read they are in 1.24 (resourceVersion unset): a CPU
-#   cost of a third of a small write and no commit; lists add the decode of every stored object of the
-#   kind (etcd returns the whole range, selectors filter after).
-# - cores: 2, the machine; the controller, the driver and etcd ran on the same two cores in the
-#   measurement, which the stand-in cannot take from the model (its own process competes with the
+#   bench/kueue_realtime.py's baseline load, the average time the server spent per request (Workload
+#   status PUT 44 ms, Workload POST 36 ms, Job PUT 33 ms, Job POST 79 ms) and 337-358 s of
+#   kube-apiserver CPU for the run (~100,000 requests, 3.4 ms each on average). Those averages are
+#   latencies under load - as CPU they would add up to ~4,600 s - so the CPU per request is of the
+#   order of the average (writes 2.9-3.8 ms, a little more for the larger Workload status), and the
+#   full run was compared with the issue's: Job -> Workload lag, per-request seconds, server CPU.
+# - `wait`: etcd's commit of a write (raft + WAL fsync; etcd's guidance is an fsync under 10 ms, a
+#   busy 2-core VM sits at the high end): 6 ms, no CPU of the server's.
+# - Kinds the issue did not measure take the measured kind they resemble (ClusterQueue/LocalQueue
+#   status as a Workload's; Events, Leases, deletes as a Workload create); reads are etcd quorum
+#   reads in 1.24 (no resourceVersion): 1 ms of CPU, no commit; a list adds the decoding of every
+#   stored object of the kind (etcd returns the whole range, selectors filter after).
+# - cores: 2, the machine. In the measurement the controller, the driver and etcd ran on the same two
+#   cores; the stand-in cannot take that from the model (its own process competes with the
 #   controller for the real cores instead).
 _WRITE_WAIT = 0.006
 REAL_1_24 = CostModel(
