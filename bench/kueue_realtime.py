@@ -2,6 +2,7 @@
 
     python bench/kueue_realtime.py baseline [--scale 0.2] [--cohorts 5 --queues 6] [--qps 5000]
     python bench/kueue_realtime.py large-scale --scale 0.05
+    python bench/kueue_realtime.py baseline --scale 0.2 --cost-model real-1.24
 
 Three processes on the wall clock:
   - the API server stand-in (tests.standin, a forked child, real HTTP on 127.0.0.1). In the same
@@ -18,7 +19,10 @@ creation -> unsuspend), the ClusterQueue usage as Kueue's runner defines it (kue
 time-weighted reserved quota of admitted Workloads over nominal quota, from the first Job's creation
 to the last completion; the minimum over ClusterQueues), preemptions (Workloads evicted with reason
 Preempted), the wall time (first creation -> last completion), the CPU time of the controller, of
-the stand-in and of this driver. One run; not part of the test suite.
+the stand-in and of this driver, the controller's peak RSS, the API requests by kind with the bytes
+they carried, and with `--cost-model` (tests/standin/costs.py: the stand-in answers with a real
+kube-apiserver's costs) what the model did: seconds per request, time queued for a seat, 429s, CPU.
+One run; not part of the test suite.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import orjson  # noqa: E402
 from tests.standin import ApiServer  # noqa: E402
 from tests.standin import resources as R  # noqa: E402
 from tests.standin import rules  # noqa: E402
+from tests.standin.costs import MODELS  # noqa: E402
 from kueue_bench import CONFIGS, RES, Config, WorkloadClass  # noqa: E402
 
 RUNTIME = "gpuqueue.io/runtime-seconds"
@@ -83,7 +88,11 @@ class Record:
     preemptions: int = 0
     resuspensions: int = 0
     writes: dict[str, int] = field(default_factory=dict)  # "verb resource[/subresource]" -> count
+    stored_bytes: dict[str, int] = field(default_factory=dict)  # same key -> bytes of the objects written
     responses: dict[str, int] = field(default_factory=dict)  # "METHOD status" -> count, every request
+    traffic: dict[str, list[int]] = field(default_factory=dict)  # ApiServer.traffic: [requests, in, out]
+    served: dict[str, tuple] = field(default_factory=dict)  # cost model: key -> (n, 429s, seconds, queued, cpu)
+    model_cpu: float = 0.0  # CPU-seconds the cost model served
 
 
 class JobsAndRecorder:
@@ -103,6 +112,7 @@ class JobsAndRecorder:
     def __call__(self, w) -> None:
         what = f"{w.verb} {w.resource.storage_key}{'/' + w.subresource if w.subresource else ''}"
         self.rec.writes[what] = self.rec.writes.get(what, 0) + 1
+        self.rec.stored_bytes[what] = self.rec.stored_bytes.get(what, 0) + len(orjson.dumps(w.new))
         if w.resource is R.JOBS:
             self._job(w)
         elif w.resource is R.WORKLOADS:
@@ -212,10 +222,11 @@ def _what(path: str) -> str:
     return f"{parts[0]} ({'one' if len(parts) > 1 else 'list'})" if parts else path
 
 
-def _serve(conn, profile: Path | None) -> None:
+def _serve(conn, profile: Path | None, cost_model: str | None = None, managed_fields: bool = False) -> None:
     async def main():
         # A large watch window: the controller's watches resume after their timeout without a relist.
-        async with ApiServer(history_size=1_000_000) as api:
+        async with ApiServer(history_size=1_000_000, cost_model=MODELS[cost_model] if cost_model else None,
+                             managed_fields=managed_fields) as api:
             pace_garbage_collector(api.cluster, 1.0)
             jobs = JobsAndRecorder(api)
             conn.send(api.url)
@@ -233,6 +244,11 @@ def _serve(conn, profile: Path | None) -> None:
                             what = "GET " + _what(path)
                             gets[what] = gets.get(what, 0) + 1
                     jobs.rec.responses.update(sorted(gets.items(), key=lambda kv: -kv[1]))
+                    jobs.rec.traffic = api.traffic
+                    if api.costs is not None:
+                        jobs.rec.served = {k: (s.requests, s.rejected, s.seconds, s.queued, s.cpu)
+                                           for k, s in api.costs.served.items()}
+                        jobs.rec.model_cpu = api.costs.cpu.delivered
                     conn.send(jobs.rec)
                 elif msg == "stop":
                     return
@@ -261,6 +277,14 @@ def _kubeconfig(url: str, path: Path) -> None:
         f"clusters: [{{name: standin, cluster: {{server: '{url}'}}}}]\n"
         "users: [{name: bench, user: {token: bench}}]\n"
         "contexts: [{name: bench, context: {cluster: standin, user: bench}}]\ncurrent-context: bench\n")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM of a live process (its peak resident set), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -312,16 +336,20 @@ def timeline(cfg: Config) -> list[tuple[float, str, WorkloadClass, int]]:
     return events
 
 
-async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict) -> None:
+async def post(session: aiohttp.ClientSession, url: str, path: str, body: dict, took: list | None = None) -> None:
+    t0 = time.monotonic()
     async with session.post(url + path, data=orjson.dumps(body),
                             headers={"Content-Type": "application/json"}) as resp:
         if resp.status != 201:
             raise RuntimeError(f"POST {path}: {resp.status} {await resp.text()}")
         await resp.read()
+    if took is not None:
+        took.append(time.monotonic() - t0)
 
 
-async def submit_all(session, url: str, cfg: Config) -> list[float]:
-    """Create every Job at its time; returns how late each creation was sent."""
+async def submit_all(session, url: str, cfg: Config, took: list[float]) -> list[float]:
+    """Create every Job at its time; returns how late each creation was sent (`took`: how long
+    each took, sent to answered)."""
     lags: list[float] = []
     tasks: set[asyncio.Task] = set()
     t0 = time.monotonic()
@@ -330,7 +358,8 @@ async def submit_all(session, url: str, cfg: Config) -> list[float]:
         if delay > 0:
             await asyncio.sleep(delay)
         lags.append(max(0.0, -delay))
-        task = asyncio.create_task(post(session, url, f"/apis/batch/v1/namespaces/{ns}/jobs", job_body(ns, c, n)))
+        task = asyncio.create_task(post(session, url, f"/apis/batch/v1/namespaces/{ns}/jobs", job_body(ns, c, n),
+                                        took))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     if tasks:
@@ -360,12 +389,13 @@ async def ask(conn, msg: str):
 
 
 async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None,
-              profile: Path | None) -> dict:
+              profile: Path | None, cost_model: str | None = None, managed_fields: bool = False) -> dict:
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
     server = mp.get_context("fork").Process(
-        target=_serve, args=(child, profile / "standin.prof" if profile else None), daemon=True)
+        target=_serve, args=(child, profile / "standin.prof" if profile else None, cost_model, managed_fields),
+        daemon=True)
     server.start()
     url = await asyncio.get_running_loop().run_in_executor(None, parent.recv)
     tmp = Path(tempfile.mkdtemp(prefix="kueue-realtime-"))
@@ -388,7 +418,8 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
             cpu0 = {"controller": cpu_seconds(ctl.pid), "stand-in": cpu_seconds(server.pid),
                     "driver": time.process_time()}
             start = time.monotonic()
-            lags = await submit_all(session, url, cfg)
+            took: list[float] = []
+            lags = await submit_all(session, url, cfg, took)
         deadline = start + timeout
         while True:
             created, admitted, completed = await ask(parent, "progress")
@@ -402,6 +433,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
         cpu = {"controller": cpu_seconds(ctl.pid) - cpu0["controller"],
                "stand-in": cpu_seconds(server.pid) - cpu0["stand-in"],
                "driver": time.process_time() - cpu0["driver"]}
+        rss = peak_rss_mb(ctl.pid)
         rec: Record = await ask(parent, "record")
         passes = await scrape_passes(metrics_port)
     finally:
@@ -414,7 +446,10 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
         log_file.close()
         parent.send("stop")
         server.join(30)
-    return summarize(cfg, rec, cpu, lags, passes)
+    out = summarize(cfg, rec, cpu, lags, passes)
+    took.sort()
+    out.update(controller_rss=rss, create_took=(took[len(took) // 2], took[int(0.99 * (len(took) - 1))]))
+    return out
 
 
 async def scrape_passes(port: int) -> tuple[float, float] | None:
@@ -457,6 +492,7 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=Non
     per_cq = [(area.get(ns, 0.0) + usage.get(ns, 0) * (end - last.get(ns, first))) / span / (cfg.nominal * 1000) * 100
               for ns in namespaces(cfg)]
     lags.sort()
+    to_workload = sorted(rec.wl_created[k] - rec.created[k] for k in rec.created if k in rec.wl_created)
     large = handoffs(cfg, rec, cfg.classes[-1].name)
     totals = sorted(sum(h) for h in large)
     return {
@@ -465,6 +501,14 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=Non
                     "p50": totals[len(totals) // 2] if totals else float("nan"),
                     "p90": totals[int(0.9 * (len(totals) - 1))] if totals else float("nan")},
         "wall": end - first,
+        "to_workload": {"p50": _pct(to_workload, 0.5), "p99": _pct(to_workload, 0.99),
+                        "max": to_workload[-1] if to_workload else float("nan"),
+                        "mean": sum(to_workload) / len(to_workload) if to_workload else float("nan")},
+        "jobs": len(rec.created),
+        "traffic": rec.traffic,
+        "stored_bytes": rec.stored_bytes,
+        "served": rec.served,
+        "model_cpu": rec.model_cpu,
         "avg_wait": {k: (sum(v) / len(v) if v else float("nan")) for k, v in waits.items()},
         "stages": {k: [sum(x) / len(x) if x else float("nan") for x in v] for k, v in stages.items()},
         "max_wait": {k: max(v, default=float("nan")) for k, v in waits.items()},
@@ -481,6 +525,10 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=Non
         "responses": rec.responses,
         "passes": passes,
     }
+
+
+def _pct(values: list[float], q: float) -> float:
+    return values[int(q * (len(values) - 1))] if values else float("nan")
 
 
 def handoffs(cfg: Config, rec: Record, cls: str) -> list[tuple[float, float, float]]:
@@ -521,19 +569,30 @@ def main() -> None:
     ap.add_argument("--controller-log", type=Path, default=None)
     ap.add_argument("--profile", type=Path, default=None,
                     help="write cProfile stats of the controller and the stand-in to DIR/{controller,standin}.prof")
+    ap.add_argument("--cost-model", choices=sorted(MODELS), default=None,
+                    help="the stand-in answers with a real API server's costs (tests/standin/costs.py)")
+    ap.add_argument("--managed-fields", action="store_true",
+                    help="the stand-in keeps metadata.managedFields as a real API server does")
     args = ap.parse_args()
     base = CONFIGS[args.config]
     cfg = scaled(base, args.scale, args.cohorts, args.queues)
     total = cfg.cohorts * cfg.queues_per_cohort * sum(c.count for c in cfg.classes)
     print(f"{args.config} x{args.scale:g}: {cfg.cohorts} cohorts x {cfg.queues_per_cohort} ClusterQueues, "
-          f"{total} Jobs; controller --qps {args.qps:g} --burst {args.burst}", flush=True)
-    r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log, args.profile))
+          f"{total} Jobs; controller --qps {args.qps:g} --burst {args.burst}; API costs: "
+          f"{args.cost_model or 'none (the stand-in answers at once)'}; managedFields "
+          f"{'kept' if args.managed_fields else 'not kept'}", flush=True)
+    r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log, args.profile, args.cost_model,
+                        args.managed_fields))
     cpu = r["cpu"]
     print(f"  wall {r['wall']:.1f} s (first Job created -> last completed); admitted {r['admitted']}, "
           f"completed {r['completed']}")
     print(f"  CPU: controller {cpu['controller']:.1f} s, API stand-in (+ Job completion, recorder) "
           f"{cpu['stand-in']:.1f} s, driver {cpu['driver']:.1f} s; peak RSS driver "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB, controller {r['controller_rss']:.0f} MB")
+    tw = r["to_workload"]
+    print(f"  Job -> Workload created: p50 {tw['p50']:.2f} s, p99 {tw['p99']:.2f} s, max {tw['max']:.2f} s, "
+          f"mean {tw['mean']:.2f} s; the driver's Job POSTs took p50 {r['create_took'][0] * 1000:.0f} ms, "
+          f"p99 {r['create_took'][1] * 1000:.0f} ms")
     print(f"  preemptions {r['preemptions']} (Jobs re-suspended {r['resuspensions']}); ClusterQueue usage "
           f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}%")
     for c in cfg.classes:
@@ -550,11 +609,31 @@ def main() -> None:
         print(f"  scheduling passes {r['passes'][0]:.0f}, {r['passes'][1]:.1f} s in all "
               f"({r['passes'][1] / max(r['passes'][0], 1) * 1000:.1f} ms each)")
     print("  API requests by answer: " + ", ".join(f"{k} {v}" for k, v in r["responses"].items()))
+    print_traffic(r)
     print(f"  Job creation sent late by p99 {r['lag_p99'] * 1000:.0f} ms, max {r['lag_max'] * 1000:.0f} ms")
     if base.published and args.scale == 1.0 and cfg.cohorts == base.cohorts and cfg.queues_per_cohort == base.queues_per_cohort:
         p = base.published
         print(f"  Kueue published: wall {p['wall']} s; small {p['small']} s, medium {p['medium']} s, "
               f"large {p['large']} s; usage {p['usage']}%")
+
+
+def print_traffic(r: dict) -> None:
+    """Requests per Job and the bytes they carried, by kind; the objects written, per write."""
+    jobs = max(r["jobs"], 1)
+    rows = sorted(r["traffic"].items(), key=lambda kv: -kv[1][0])
+    print(f"  API traffic per kind (per Job of {jobs}; bytes per request sent / answered; WATCH: events, bytes each):")
+    for key, (n, inb, outb) in rows:
+        print(f"    {key:42} {n:7} ({n / jobs:5.2f}/Job)  {inb / n:7.0f} B / {outb / n:7.0f} B")
+    stored = r["stored_bytes"]
+    print("  objects written (bytes per write, as stored): " + ", ".join(
+        f"{k} {stored[k] / v:.0f}" for k, v in sorted(r["writes"].items(), key=lambda kv: -kv[1]) if k in stored))
+    if r["served"]:
+        print(f"  cost model: {r['model_cpu']:.1f} s of the server's CPU; per kind: requests, 429s, "
+              "mean seconds (of which queued for a seat), CPU s:")
+        for key, (n, rejected, secs, queued, cpu) in sorted(r["served"].items(), key=lambda kv: -kv[1][0]):
+            if n:
+                print(f"    {key:48} {n:7} {rejected:5}  {secs / n * 1000:7.1f} ms ({queued / n * 1000:6.1f} ms)"
+                      f"  {cpu:7.1f}")
 
 
 if __name__ == "__main__":

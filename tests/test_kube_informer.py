@@ -217,3 +217,35 @@ async def test_bookmarks_move_the_resource_version_and_a_failed_watch_resumes_wi
         assert [e[:2] for e in rec.log] == [("add", "first"), ("add", "second")]
     finally:
         await inf.stop()
+
+
+async def test_a_transform_applies_to_listed_and_watched_objects_before_store_and_handlers():
+    """controller-runtime's cache transforms: what the informer keeps, and what its handlers see,
+    is the object less the dropped fields - from the first list and from the watch alike."""
+    from gpuqueue.kube.transform import dropping
+
+    async with ApiServer(managed_fields=True) as api:
+        api.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-b"}})
+        async with client.ApiClient(api.client_configuration()) as ac:
+            co = client.CustomObjectsApi(ac)
+            await co.create_namespaced_custom_object(*KUEUE, "team-b", "workloads",
+                                                     workload("listed", podSets=[{"name": "main", "template": {}}]))
+            inf = Informer(co.list_cluster_custom_object, *KUEUE, "workloads", name="workloads",
+                           transform=dropping(["spec.podSets[].template"]))
+            seen = []
+            inf.add_handler(on_add=seen.append, on_update=lambda old, new: seen.append(new))
+            inf.start()
+            try:
+                await asyncio.wait_for(inf.synced.wait(), 3)
+                await co.create_namespaced_custom_object(*KUEUE, "team-b", "workloads",
+                                                         workload("watched", podSets=[{"name": "main", "template": {}}]))
+                await eventually(lambda: inf.get("team-b/watched") is not None)
+            finally:
+                await inf.stop()
+        stored = api.cluster.get(R.WORKLOADS, "team-b", "watched")
+    assert "managedFields" in stored["metadata"] and "template" in stored["spec"]["podSets"][0]
+    for obj in [inf.get("team-b/listed"), inf.get("team-b/watched"), *seen]:
+        assert "managedFields" not in obj["metadata"]
+        assert obj["spec"]["podSets"] == [{"name": "main"}]
+        assert obj["spec"]["queueName"] == "q"
+    assert len(seen) == 2

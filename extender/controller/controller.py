@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.departures import Departures, spec_from_admission
 from gpuqueue.extender.controller.equivalence import admission_mismatch
@@ -58,7 +59,8 @@ class Controller:
             fn, args = kind.list_call(api)
             self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
                                                  backoff_initial=self.options.watch_backoff_initial,
-                                                 backoff_max=self.options.watch_backoff_max)
+                                                 backoff_max=self.options.watch_backoff_max,
+                                                 transform=transform_for(kind.name))
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None

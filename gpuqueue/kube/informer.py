@@ -6,7 +6,8 @@ handlers see deletes for objects that vanished meanwhile and no duplicate adds. 
 retried from the last resourceVersion seen, after an exponential backoff with jitter.
 
 Objects are kept as the JSON dicts the API server sent (no model classes): cheap, and identical for
-built-in and custom kinds.
+built-in and custom kinds - less what the informer's `transform` drops on the way in (controller-runtime's
+cache transforms: managedFields, fields no reader uses; gpuqueue/kube/transform.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Awaitable[None] | None]
+Transform = Callable[[dict], dict]
 
 
 def object_key(obj: dict) -> str:
@@ -44,15 +46,20 @@ class _Expired(Exception):
 
 class Informer:
     """`list_func` is a kubernetes_asyncio list call (e.g. `BatchV1Api.list_job_for_all_namespaces`,
-    `CustomObjectsApi.list_cluster_custom_object`); `args`/`kwargs` are passed to it on list and watch."""
+    `CustomObjectsApi.list_cluster_custom_object`); `args`/`kwargs` are passed to it on list and watch.
+    `transform(obj)` is applied to every object as it arrives (listed or watched), before the store
+    and the handlers see it; it may change the object it is given (nobody else holds it) and
+    returns what is kept."""
 
     def __init__(self, list_func: Callable, *args: Any, watch_timeout: int = 300, page_size: int = 500,
-                 backoff_initial: float = 0.2, backoff_max: float = 30.0, name: str | None = None, **kwargs: Any):
+                 backoff_initial: float = 0.2, backoff_max: float = 30.0, name: str | None = None,
+                 transform: Transform | None = None, **kwargs: Any):
         self.list_func, self.args, self.kwargs = list_func, args, kwargs
         self.watch_timeout = watch_timeout
         self.page_size = page_size
         self.backoff_initial, self.backoff_max = backoff_initial, backoff_max
         self.name = name or getattr(list_func, "__name__", "informer")
+        self.transform = transform
         self.store: dict[str, dict] = {}
         self.synced = asyncio.Event()
         self.resource_version: str | None = None
@@ -140,7 +147,10 @@ class Informer:
                     items, token = [], None
                     continue
                 raise
-            items.extend(body.get("items") or [])
+            page = body.get("items") or []
+            if self.transform is not None:
+                page = [self.transform(o) for o in page]
+            items.extend(page)
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
@@ -199,6 +209,8 @@ class Informer:
         if type_ == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             return
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = object_key(obj)
         if type_ in ("ADDED", "MODIFIED"):
             old = self.store.get(key)

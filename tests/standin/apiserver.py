@@ -17,8 +17,10 @@ import orjson
 from aiohttp import web
 
 from . import resources as R
+from . import managedfields
 from . import status as S
 from .auth import Authn, subject_access_review
+from .costs import CostedServer, CostModel, verb_of
 from .faults import EXEMPT_HEADER, Faults
 from .registry import CURRENT_USER, Cluster, Write
 from .resources import ResourceType
@@ -36,6 +38,14 @@ def _dumps(body, sort: bool) -> bytes:
 def _json_response(code: int, body, *, sort: bool = False) -> web.Response:
     return web.Response(status=code, body=_dumps(body, sort), content_type=_JSON,
                         headers={"Cache-Control": "no-cache, private"})
+
+
+def _too_many_requests() -> web.Response:
+    """kube-apiserver 1.24's 429 from max-in-flight and from priority and fairness (filters.tooManyRequests):
+    plain text, a fixed Retry-After of one second."""
+    return web.Response(status=429, text="Too many requests, please try again later.\n", content_type="text/plain",
+                        charset="utf-8", headers={"Cache-Control": "no-cache, private", "Retry-After": "1",
+                                                  "X-Content-Type-Options": "nosniff"})
 
 
 def _error_response(err: S.ApiError) -> web.Response:
@@ -87,16 +97,21 @@ class _Watch:
 class ApiServer:
     def __init__(self, *, history_size: int = 1000, bookmark_interval: float = 60.0,
                  pod_deletion_delay: float | None = 0.0, job_controller: bool = False,
-                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES, kubernetes_minor: int = 24):
+                 namespaces: tuple[str, ...] = SYSTEM_NAMESPACES, kubernetes_minor: int = 24,
+                 cost_model: CostModel | None = None, managed_fields: bool = False):
         """`kubernetes_minor`: which release's Job update rules to apply (24 by default, the
         recordings'; see rules.job_update_errors for what later releases let change)."""
         self.cluster = Cluster(history_size=history_size, pod_deletion_delay=pod_deletion_delay,
-                               kubernetes_minor=kubernetes_minor)
+                               kubernetes_minor=kubernetes_minor, managed_fields=managed_fields)
         self.faults = Faults()
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []  # (method, path?query) of every request, for assertions
         self.internal_errors: list[BaseException] = []
         self.responses: collections.Counter[tuple[str, int]] = collections.Counter()  # (method, status) -> count
+        # "METHOD resource[/subresource]" (+ " (list)", or "WATCH resource") -> [requests, bytes in, bytes out]
+        self.traffic: dict[str, list[int]] = {}
+        # What a real server's answers cost (tests/standin/costs.py); None: answers at once.
+        self.costs = CostedServer(cost_model) if cost_model is not None else None
         self._watches: set[_Watch] = set()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -196,7 +211,20 @@ class ApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         resp = await self._answer(request)
         self.responses[(request.method, resp.status)] += 1
+        if not isinstance(resp, web.Response):
+            return resp  # a watch counts its bytes as it sends them
+        counts = self._traffic(f"{request.method} {_what(request.path)}"
+                               + (" (list)" if request.method == "GET" and _is_collection(request.path) else ""))
+        counts[0] += 1
+        counts[1] += request.content_length or 0
+        counts[2] += len(resp.body or b"")
         return resp
+
+    def _traffic(self, key: str) -> list[int]:
+        counts = self.traffic.get(key)
+        if counts is None:
+            counts = self.traffic[key] = [0, 0, 0]
+        return counts
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
@@ -215,6 +243,61 @@ class ApiServer:
                         return web.Response(status=499)  # the client is gone: never handled
                 if fault.status is not None:
                     return _error_response(self._fault_error(fault.status, request.path))
+        except Exception as exc:  # noqa: BLE001 - a stand-in bug must show up in the test, not kill the server
+            return self._internal(request, exc)
+        if self.costs is not None and not is_watch:
+            return await self._costed(request, q)
+        return await self._dispatch(request, q, is_watch, fault)
+
+    async def _costed(self, request: web.Request, q) -> web.StreamResponse:
+        """A seat, the request's CPU and etcd's commit (costs.py), then the answer."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        verb, resource, listed = "unknown", "unknown", 0
+        try:
+            if self.aggregator is not None:
+                apiservice = self.aggregator.apiservice_for(request.path)
+                if apiservice is not None:
+                    return await self.aggregator.proxy(request, apiservice)
+            route = _route(request.path)
+            verb = verb_of(request.method, route.name is not None)
+            resource = route.rt.group_resource + (f"/{route.subresource}" if route.subresource else "")
+            if verb == "list":
+                listed = len(self.cluster.store.kind(route.rt.storage_key))
+        except S.ApiError:
+            pass
+        costs = self.costs
+        stats = costs.stats(f"{verb} {resource}")
+        ticket, _ = await costs.admit(verb, request.headers)
+        if ticket is None:
+            stats.rejected += 1
+            return _too_many_requests()
+        try:
+            if self.aggregator is not None:
+                apiservice = self.aggregator.apiservice_for(request.path)
+                if apiservice is not None:
+                    return await self.aggregator.proxy(request, apiservice)
+            stats.queued += loop.time() - start
+            cost = costs.model.cost(verb, resource, listed)
+            stats.cpu += cost.cpu
+            await costs.serve(cost)
+            resp = await self._dispatch(request, q, False, None)
+        finally:
+            costs.release(ticket)
+        stats.requests += 1
+        stats.seconds += loop.time() - start
+        return resp
+
+    def _internal(self, request: web.Request, exc: BaseException) -> web.Response:
+        log.exception("API server stand-in failed on %s %s", request.method, request.path_qs)
+        self.internal_errors.append(exc)
+        return _error_response(S.internal_error(f"{type(exc).__name__}: {exc}"))
+
+    async def _dispatch(self, request: web.Request, q, is_watch: bool, fault) -> web.StreamResponse:
+        if self.cluster.managed_fields and request.method != "GET":
+            managedfields.MANAGER.set(managedfields.manager_from(request.headers.get("User-Agent"),
+                                                                 q.get("fieldManager")))
+        try:
             if self.aggregator is not None:
                 apiservice = self.aggregator.apiservice_for(request.path)
                 if apiservice is not None:
@@ -250,10 +333,12 @@ class ApiServer:
             raise S.method_not_allowed()
         except S.ApiError as err:
             return _error_response(err)
+        except ConnectionResetError:
+            # the client went away before its body was read (with a cost model, while it waited to be
+            # served): nothing to answer, and no fault of the server's
+            return web.Response(status=499)
         except Exception as exc:  # noqa: BLE001 - a stand-in bug must show up in the test, not kill the server
-            log.exception("API server stand-in failed on %s %s", request.method, request.path_qs)
-            self.internal_errors.append(exc)
-            return _error_response(S.internal_error(f"{type(exc).__name__}: {exc}"))
+            return self._internal(request, exc)
 
     def _review(self, rt: ResourceType, body) -> dict:
         if not isinstance(body, dict):
@@ -426,7 +511,8 @@ class ApiServer:
                 out = [ev for e in events for ev in self._filtered(e.type, e.obj, e.old, match)]
                 if send is None:
                     if out:  # (an empty chunk would end the stream)
-                        await resp.write(b"".join(self._line(w.rt, type_, obj) for type_, obj in out))
+                        await self._write(resp, w.rt, b"".join(self._line(w.rt, type_, obj) for type_, obj in out),
+                                          len(out))
                 else:
                     for type_, obj in out:
                         await send(type_, obj)
@@ -458,7 +544,13 @@ class ApiServer:
         return []
 
     async def _send(self, resp, rt: ResourceType, type_: str, obj: dict) -> None:
-        await resp.write(self._line(rt, type_, obj))
+        await self._write(resp, rt, self._line(rt, type_, obj), 1)
+
+    async def _write(self, resp, rt: ResourceType, data: bytes, events: int) -> None:
+        counts = self._traffic(f"WATCH {rt.plural}")
+        counts[0] += events
+        counts[2] += len(data)
+        await resp.write(data)
 
     def _line(self, rt: ResourceType, type_: str, obj: dict) -> bytes:
         payload = obj if type_ == "ERROR" else self.cluster.render(rt, obj)
@@ -472,6 +564,22 @@ class ApiServer:
             obj = {"kind": rt.kind, "apiVersion": rt.api_version,
                    "metadata": {"resourceVersion": rv, "creationTimestamp": None}, **rt.bookmark_skeleton}
         await resp.write(_dumps({"type": "BOOKMARK", "object": obj}, sort=False))
+
+
+def _what(path: str) -> str:
+    """`jobs`, `workloads/status`: what a request is about, for the traffic counts."""
+    try:
+        route = _route(path)
+    except S.ApiError:
+        return "unknown"
+    return route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
+
+
+def _is_collection(path: str) -> bool:
+    try:
+        return _route(path).name is None
+    except S.ApiError:
+        return False
 
 
 def _true(value: str | None) -> bool:

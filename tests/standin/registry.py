@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from . import managedfields
 from . import patches
 from . import resources as R
 from . import status as S
@@ -55,9 +56,10 @@ def default_propagation(rt: ResourceType) -> str:
 
 class Cluster:
     def __init__(self, *, history_size: int = 1000, pod_deletion_delay: float | None = 0.0,
-                 kubernetes_minor: int = 24):
+                 kubernetes_minor: int = 24, managed_fields: bool = False):
         self.store = Store(history_size)
         self.kubernetes_minor = kubernetes_minor  # the Job update rules of 1.<minor> (rules.job_update_errors)
+        self.managed_fields = managed_fields  # keep metadata.managedFields (managedfields.py)
         self.pod_deletion_delay = pod_deletion_delay
         self.observers: list[Callable[[Write], None]] = []
         self.observer_errors: list[BaseException] = []
@@ -86,6 +88,9 @@ class Cluster:
 
     def _commit(self, rt: ResourceType, type_: str, new: dict, old: dict | None, verb: str,
                 subresource: str | None = None) -> StoredEvent:
+        if self.managed_fields and type_ != "DELETED":
+            new["metadata"]["managedFields"] = managedfields.record(old, new, verb, subresource, rt.api_version,
+                                                                     rules.fmt_time(rules.now()))
         rv = self.store.next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
         key = self._key(rt, new["metadata"].get("namespace"), new["metadata"]["name"])
@@ -316,7 +321,11 @@ class Cluster:
                 else:
                     meta.pop(k, None)
             meta["name"] = name
-            meta.pop("managedFields", None)
+            # a body's managedFields are not taken; the stored ones stay (and _commit updates them)
+            if "managedFields" in old["metadata"]:
+                meta["managedFields"] = old["metadata"]["managedFields"]
+            else:
+                meta.pop("managedFields", None)
             if rt.status_subresource:
                 if "status" in old:
                     new["status"] = json_copy(old["status"])
