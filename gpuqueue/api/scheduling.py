@@ -33,6 +33,11 @@ class Toleration:
     value: str = ""
     effect: str = ""  # "" matches every effect
 
+    def to_dict(self) -> dict[str, str]:
+        """As core/v1 writes it in a pod spec (empty fields left out)."""
+        return {k: v for k, v in (("key", self.key), ("operator", self.operator), ("value", self.value),
+                                  ("effect", self.effect)) if v}
+
     def tolerates(self, taint: Taint) -> bool:
         """core/v1 Toleration.ToleratesTaint, rule for rule."""
         if self.effect and self.effect != taint.effect:
