@@ -28,7 +28,9 @@ from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.jobs import BatchJob
 from gpuqueue.extender.controller.view import ControllerClusterView
-from gpuqueue.extender.placement.kube import job_key, node_info_from_dict, pod_gpus
+from gpuqueue.extender.placement.kube import node_info_from_dict
+from gpuqueue.extender.scheduler.enforce import judge_pod
+from gpuqueue.extender.scheduler.view import CachedPod, controller_uid
 from gpuqueue.extender.quota.model import FlavorSpec
 from tests.standin import resources as R
 from tests.standin.registry import Cluster
@@ -115,7 +117,7 @@ def workloads_of(jobs: list[dict], cluster: Cluster) -> list[dict]:
     cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-a"}})
     seen = set()
     for job in jobs:
-        body = W.build_workload(job, 100, None)
+        body = W.build_workload(job, 100, None, "q")
         name = body["metadata"]["name"]
         if name in seen:
             continue
@@ -148,11 +150,11 @@ class Pair:
         assert self.kept.job_steering.pods_by_owner == self.whole.job_steering.pods_by_owner
         for pod in pods:
             uid = pod["metadata"]["uid"]
-            assert kept.pod_by_uid(uid) == whole.pod_by_uid(uid)
-            ref = whole.pod_by_uid(uid)
-            if ref is not None:
-                assert kept.workload_for(ref) == whole.workload_for(ref)
-                assert kept.may_evict(ref) == whole.may_evict(ref)
+            assert kept.pod(uid) == whole.pod(uid)
+            cached = whole.pod(uid)
+            if cached is not None:  # the extender's verdict: enforcement and the flavor to keep to
+                assert judge_pod(kept, kept.pod(uid)) == judge_pod(whole, cached)
+                assert kept.may_evict(cached) == whole.may_evict(cached)
 
     async def close(self) -> None:
         await self.api.close()
@@ -210,8 +212,8 @@ def test_the_pod_and_node_models_read_the_same():
                 kept = transform_for("pods")(copy(pod))
                 a, b = Pod.model_validate(kept), Pod.model_validate(pod)
                 assert a == b
-                assert pod_gpus(a.spec) == pod_gpus(b.spec)
-                assert job_key(a.metadata) == job_key(b.metadata)
+                assert controller_uid(a.metadata) == controller_uid(b.metadata)
+                assert CachedPod.of(a) == CachedPod.of(b)  # what the extender's enforcement reads
                 for path in (("spec", "nodeName"), ("spec", "schedulerName"), ("status", "phase"),
                              ("metadata", "deletionTimestamp"), ("metadata", "ownerReferences"),
                              ("status", "nominatedNodeName"), ("status", "conditions")):
@@ -234,7 +236,7 @@ async def test_the_controller_reads_and_writes_jobs_the_same(pair):
             ctl.queue_view.local_queues.add(("team-a", "default"))
         assert pair.kept.is_managed(kept) == pair.whole.is_managed(job)
         assert adapter.model(kept).model_dump() == adapter.model(job).model_dump()
-        assert W.build_workload(kept, 7, ("p", "src")) == W.build_workload(job, 7, ("p", "src"))
+        assert W.build_workload(kept, 7, ("p", "src"), "q") == W.build_workload(job, 7, ("p", "src"), "q")
         assert W.priority_class_of(kept, {"p": 1}, {"high-priority": 1000}) == \
             W.priority_class_of(job, {"p": 1}, {"high-priority": 1000})
         assert W.job_finished(kept) == W.job_finished(job)
@@ -261,7 +263,8 @@ async def test_the_workload_status_writes_store_the_same():
     admission = W.admission_from_status({**ADMISSION, "clusterQueue": "other-queue"})
     for wl in workloads_of(jobs, cluster):
         kept = transform_for("workloads")(copy(wl))
-        assert "template" not in kept["spec"]["podSets"][0]  # the bulk of it is gone...
+        template = kept["spec"]["podSets"][0]["template"]["spec"]
+        assert "env" not in template["containers"][0] and "volumes" not in template  # what no one reads is gone...
         assert kept["status"] == wl["status"]  # ...what the rebuild reads is not
         assert W.admission_from_status(kept["status"]["admission"]) == W.admission_from_status(wl["status"]["admission"])
         for change in (lambda o: W.reserved(o, admission), lambda o: W.requeued(o, "Preempted", "preempted"),
@@ -271,3 +274,14 @@ async def test_the_workload_status_writes_store_the_same():
                                      dry_run=True) for b in bodies]
             assert stored[0] == stored[1]
             assert stored[0]["spec"] == wl["spec"]  # the template the body lacked is still there
+
+
+def test_a_cached_workload_still_matches_its_job():
+    """The controller compares a Job with its Workload as the cache holds it (at a restart, and
+    before updating a pending one): the kept pod sets must say what the whole ones say, or every
+    Workload would look changed and be written again."""
+    for job in recorded_jobs():
+        whole = W.build_workload(job, 7, None, "q")
+        kept = transform_for("workloads")(copy(whole))
+        assert not W.pod_sets_differ(kept, W.pod_sets_of(job), "q")
+        assert W.pod_sets_differ(kept, W.pod_sets_of(job), "other-queue")

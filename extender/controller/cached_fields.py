@@ -10,10 +10,12 @@ uses are dropped. The readers, and what they read:
   unsuspending and restoring a Job PUT the cached object with a few fields changed, so every
   field a PUT would otherwise erase must stay. Jobs therefore lose managedFields only; trimming
   their pod template needs those writes to become patches first (docs/performance.md, proposal).
-- Workloads: status (admission, conditions), metadata (name, uid, generation, owner); the
-  extender view reads status only. Their writes go to /status, where the server ignores
-  everything but status, so the copy of the Job's pod template in `spec.podSets[].template` - the
-  bulk of a Workload - is dropped; `gpuqueue explain` reads Workloads from the API, not the cache.
+- Workloads: status (admission, conditions), metadata (name, uid, generation, owner), and of
+  `spec.podSets[]` what tells whether they still match their Job (workload.pod_sets_differ: counts,
+  containers' and init containers' resources, scheduling fields), so a restart does not take every
+  cached Workload for a changed one; the extender view reads status and pod set counts. The pod
+  templates' commands, environment, volumes and the like are dropped as a pod's are. Status writes
+  go to /status; a spec update replaces `podSets` whole; `gpuqueue explain` reads the API.
 - Pods: the extender view (ownerReferences, labels, deletionTimestamp, nodeName, schedulerName,
   phase, nominatedNodeName, every container's and init container's name, resources and
   restartPolicy, overhead, priority, nodeSelector, tolerations, affinity) and the Job steering
@@ -47,7 +49,10 @@ POD_UNREAD = (
     "status.containerStatuses", "status.initContainerStatuses", "status.ephemeralContainerStatuses",
     "status.podIPs", "status.podIP", "status.hostIP", "status.hostIPs",
 )
-WORKLOAD_UNREAD = ("spec.podSets[].template",)
+# A Workload's pod sets keep what deciding whether they still match their Job reads
+# (workload.pod_sets_differ: resources, init containers' restartPolicy, scheduling fields); the
+# rest of each template goes as a pod's would.
+WORKLOAD_UNREAD = tuple(f"spec.podSets[].template.{path}" for path in POD_UNREAD if path.startswith("spec."))
 NODE_UNREAD = ("status.images", "status.volumesInUse", "status.volumesAttached", "status.daemonEndpoints",
                "status.nodeInfo")
 
