@@ -32,7 +32,8 @@ def components_by_serviceaccount() -> dict[str, set[str]]:
     for obj in OBJECTS:
         for pod in render.pod_specs(obj):
             for c in pod.get("initContainers", []) + pod["containers"]:
-                found[pod["serviceAccountName"]].add(c["args"][0])
+                if c["image"].partition(":")[0] == "gpuqueue":  # not gpuqueue-scheduler's kube-scheduler
+                    found[pod["serviceAccountName"]].add(c["args"][0])
     return found
 
 
@@ -58,6 +59,9 @@ def bindings() -> list[dict]:
     return [o for o in OBJECTS if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
 
 
+# gpuqueue-scheduler runs kube-scheduler, not a gpuqueue component: it gets kube-scheduler's
+# built-in ClusterRoles, and its Lease (tests/test_manifests_scheduler.py).
+KUBE_SCHEDULER = "gpuqueue-scheduler"
 CALLER_ROLE_NAMES = {r.name for r in access.CALLER_ROLES}
 
 
@@ -73,12 +77,15 @@ def granted() -> set[Grant]:
     for name in unbound_cluster_roles():
         grants |= expand(f"unbound ClusterRole {name}", "cluster", rules_of("ClusterRole", name, None))
     for obj in bindings():
+        if {s["name"] for s in obj["subjects"]} == {KUBE_SCHEDULER}:
+            continue  # kube-scheduler's own rights: tests/test_manifests_scheduler.py
         ref = obj["roleRef"]
         namespace = obj["metadata"].get("namespace")
         scope = namespace if obj["kind"] == "RoleBinding" else "cluster"
         rules = rules_of(ref["kind"], ref["name"], namespace if ref["kind"] == "Role" else None)
         for subject in obj["subjects"]:
             assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NS, subject
+            assert subject["name"] != KUBE_SCHEDULER, "gpuqueue-scheduler shares no binding with gpuqueue's components"
             grants |= expand(subject["name"], scope, rules)
     return grants
 
