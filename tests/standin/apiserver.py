@@ -50,7 +50,7 @@ class _Route:
         self.rt, self.namespace, self.name, self.subresource = rt, namespace, name, subresource
 
 
-def _route(path: str) -> _Route:
+def _route(path: str, by_path: dict) -> _Route:
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
@@ -60,12 +60,12 @@ def _route(path: str) -> _Route:
         raise S.page_not_found()
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces":
-        rt = R.BY_PATH.get((group, version, rest[2]))
+        rt = by_path.get((group, version, rest[2]))
         if rt is not None and rt.namespaced:
             namespace, rest = rest[1], rest[2:]
     if not rest:
         raise S.page_not_found()
-    rt = R.BY_PATH.get((group, version, rest[0]))
+    rt = by_path.get((group, version, rest[0]))
     if rt is None or (rt.namespaced and namespace is None and len(rest) > 1) or len(rest) > 3:
         raise S.page_not_found()
     name = rest[1] if len(rest) > 1 else None
@@ -147,6 +147,13 @@ class ApiServer:
 
     # --- test hooks ----------------------------------------------------------------------------------
 
+    def install_crds(self, *names: str) -> None:
+        """Create the vendored CRDs `names` (`plural.group`, tests/fixtures/crds), as
+        `kubectl create -f` would: their kinds are served from then on."""
+        from . import crds
+        for name in names:
+            self.cluster.create(R.CUSTOM_RESOURCE_DEFINITIONS, None, crds.fixture(name), owned=True)
+
     def enable_aggregation(self):
         """Proxy requests for APIServices that name a Service (kube-aggregator); returns the
         Aggregator, whose `endpoints` map a Service port to where it listens."""
@@ -215,7 +222,7 @@ class ApiServer:
                 apiservice = self.aggregator.apiservice_for(request.path)
                 if apiservice is not None:
                     return await self.aggregator.proxy(request, apiservice)
-            route = _route(request.path)
+            route = _route(request.path, self.cluster.by_path)
             if route.rt.create_only:
                 if request.method != "POST" or route.name is not None:
                     raise S.method_not_allowed()
@@ -260,7 +267,7 @@ class ApiServer:
 
     def _fault_error(self, code: int, path: str) -> S.ApiError:
         try:
-            route = _route(path)
+            route = _route(path, self.cluster.by_path)
             rt, name = route.rt, route.name or ""
         except S.ApiError:
             rt, name = None, ""
