@@ -29,6 +29,8 @@ INTEGRATIONS: tuple[Integration, ...] = (
 BY_FRAMEWORK: dict[str, Integration] = {i.framework: i for i in INTEGRATIONS}
 BY_GVK: dict[tuple[str, str], Integration] = {(i.api_version, i.kind): i for i in INTEGRATIONS}
 BY_KIND: dict[str, Integration] = {i.kind: i for i in INTEGRATIONS}
+# The pod labels and annotations some integration reads to place a pod in a pod set.
+POD_KEYS: frozenset[str] = frozenset(k for i in INTEGRATIONS for k in i.pod_keys)
 DEFAULT_FRAMEWORKS = ("batch/job",)
 NEEDS_POD = ("deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")
 # Kueue's Integrations fields gpuqueue accepts; only frameworks is read.
