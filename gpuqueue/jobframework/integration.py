@@ -116,6 +116,17 @@ def true_condition(obj: Mapping[str, Any], *types: str) -> Mapping[str, Any] | N
     return None
 
 
+def finished_by_condition(obj: Mapping[str, Any], succeeded: str, failed: str = "Failed") -> "Finished | None":
+    """Finished when its controller sets the ``succeeded`` or ``failed`` condition True."""
+    c = true_condition(obj, succeeded, failed)
+    return None if c is None else Finished(c["type"] == succeeded, c.get("message") or "")
+
+
+def any_active(obj: Mapping[str, Any], field: str) -> bool:
+    """Some entry of ``status.<field>`` (per child job) counts active pods."""
+    return any((s or {}).get("active", 0) > 0 for s in (obj.get("status") or {}).get(field) or ())
+
+
 class Integration:
     """One workload kind. Subclasses set the class attributes and the methods their kind needs."""
 

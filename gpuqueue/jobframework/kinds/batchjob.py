@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.jobframework.integration import (Finished, PodFacts, Slot, TemplatedJob, count_of, get_path,
-                                               true_condition)
+from gpuqueue.jobframework.integration import (PodFacts, Slot, TemplatedJob, count_of, finished_by_condition,
+                                               get_path)
 
 MAIN = "main"
 # The Job's own scheduling fields before admission added a flavor's, to put back on preemption.
@@ -31,8 +31,7 @@ class BatchJob(TemplatedJob):
         return [Slot(MAIN, pod_count(obj), ("spec", "template"))]
 
     def finished(self, obj):
-        c = true_condition(obj, "Complete", "Failed")
-        return None if c is None else Finished(c["type"] == "Complete", c.get("message") or "")
+        return finished_by_condition(obj, "Complete")
 
     def is_active(self, obj):
         return bool((obj.get("status") or {}).get("active"))

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.jobframework.integration import (Finished, PodFacts, Slot, TemplatedJob, count_of, get_path,
-                                               true_condition)
+from gpuqueue.jobframework.integration import (PodFacts, Slot, TemplatedJob, any_active, count_of,
+                                               finished_by_condition, get_path)
 
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -47,11 +47,10 @@ class JobSet(TemplatedJob):
         return replicated_job_slots(obj, ("spec",))
 
     def finished(self, obj):
-        c = true_condition(obj, "Completed", "Failed")
-        return None if c is None else Finished(c["type"] == "Completed", c.get("message") or "")
+        return finished_by_condition(obj, "Completed")
 
     def is_active(self, obj):
-        return any((s or {}).get("active", 0) > 0 for s in (obj.get("status") or {}).get("replicatedJobsStatus") or ())
+        return any_active(obj, "replicatedJobsStatus")
 
     def pod_set_of(self, pod: PodFacts) -> str | None:
         return pod.labels.get(REPLICATED_JOB_LABEL) or None

@@ -12,8 +12,8 @@ Kueue ignores it, and its pods would run unaccounted."""
 
 from __future__ import annotations
 
-from gpuqueue.jobframework.integration import (Finished, PodFacts, Slot, TemplatedJob, count_of, get_path,
-                                               replica_specs, true_condition)
+from gpuqueue.jobframework.integration import (PodFacts, Slot, TemplatedJob, count_of, finished_by_condition,
+                                               get_path, replica_specs)
 
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -35,8 +35,7 @@ class KubeflowJob(TemplatedJob):
         return out
 
     def finished(self, obj):
-        c = true_condition(obj, "Succeeded", "Failed")
-        return None if c is None else Finished(c["type"] == "Succeeded", c.get("message") or "")
+        return finished_by_condition(obj, "Succeeded")
 
     def is_active(self, obj):
         statuses = (obj.get("status") or {}).get("replicaStatuses") or {}

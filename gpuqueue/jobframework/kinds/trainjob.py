@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuqueue.jobframework.integration import (Finished, Lookup, PodFacts, TemplatedJob, get_path, json_copy,
-                                               set_path, true_condition)
+from gpuqueue.jobframework.integration import (Lookup, PodFacts, TemplatedJob, any_active, finished_by_condition,
+                                               get_path, json_copy, set_path)
 from gpuqueue.jobframework.kinds.jobset import REPLICATED_JOB_LABEL, replicated_job_slots
 from gpuqueue.jobframework.podset import PodSet, PodSetInfo
 
@@ -112,11 +112,10 @@ class TrainJob(TemplatedJob):
         return None if out == obj else out
 
     def finished(self, obj):
-        c = true_condition(obj, "Complete", "Failed")
-        return None if c is None else Finished(c["type"] == "Complete", c.get("message") or "")
+        return finished_by_condition(obj, "Complete")
 
     def is_active(self, obj):
-        return any((s or {}).get("active", 0) > 0 for s in (obj.get("status") or {}).get("jobsStatus") or ())
+        return any_active(obj, "jobsStatus")
 
     def pod_set_of(self, pod: PodFacts) -> str | None:
         return pod.labels.get(REPLICATED_JOB_LABEL) or None
