@@ -181,6 +181,15 @@ async def test_a_pod_that_names_no_pod_set_is_refused(ext, kind):
     assert names is None and why == f"gpuqueue: pod {NS}/unlabelled names no pod set of workload {NS}/{case['workload'][0]}"
 
 
+async def test_a_pod_with_the_group_label_that_is_not_a_member_is_nobodys(ext):
+    """The group's Workload lists its pods by UID: another pod carrying the group's label and a
+    role hash (a tenant's, or one more than the group counts) belongs to no Workload."""
+    set_up(ext.view, POD_GROUP)
+    names, why = await offered(ext, pod("intruder", None, GROUP, {"kueue.x-k8s.io/role-hash": "e5f6a7b8"}, 4))
+    assert names is None and why == ("gpuqueue: pod team-b/intruder requests nvidia.com/gpu but belongs to no "
+                                     "admitted workload")
+
+
 async def test_a_pod_group_member_of_another_namespace_is_nobodys(ext):
     set_up(ext.view, POD_GROUP)
     names, why = await offered(ext, pod("e5f6a7b8-pod-0", None, GROUP, {"kueue.x-k8s.io/role-hash": "e5f6a7b8"},

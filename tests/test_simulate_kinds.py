@@ -196,7 +196,11 @@ def test_a_kind_not_enabled_is_not_queued():
     ({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
       "integrations": {"frameworks": ["batch/job", "kubeflow.org/tfjob"]}},
      'integrations.frameworks[1]: Unsupported value: "kubeflow.org/tfjob": supported values: "batch/job", '),
-], ids=["unknown field", "unsupported kind", "wrong version", "bad count", "missing runtime", "bad framework"])
+    ({**DEPLOYMENT.obj, "spec": {**DEPLOYMENT.obj["spec"], "replicas": 10**9}},
+     "document 5 (Deployment team-a/infer): spec.replicas: 1000000000 Workloads (one per pod), more than the "
+     "simulator's limit of 1000000"),
+], ids=["unknown field", "unsupported kind", "wrong version", "bad count", "missing runtime", "bad framework",
+        "a billion pods"])
 def test_an_invalid_scenario_exits_2_naming_the_field(tmp_path, doc, error):
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "team-a", "name": "j"},
            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}

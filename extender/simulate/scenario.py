@@ -211,6 +211,11 @@ def _parse_kind_object(doc: dict, where: str, prefix: str, pre: str) -> KindObje
         raise ScenarioError(f"{where}: {exc}") from None
     if not obj.metadata.name and not (obj.integration is not None and obj.metadata.generate_name):
         raise ScenarioError(f"{where}: {pre}metadata.name: required field is missing")
+    replicas = (obj.doc.get("spec") or {}).get("replicas")
+    if obj.kind in ("Deployment", "LeaderWorkerSet") and isinstance(replicas, int) and replicas > MAX_OCCURRENCES:
+        raise ScenarioError(f"{where}: {pre}spec.replicas: {replicas} Workloads (one per "
+                            f"{'pod' if obj.kind == 'Deployment' else 'group'}), more than the simulator's limit of "
+                            f"{MAX_OCCURRENCES}")
     _check_runtime(obj.metadata, where, pre)
     return obj
 
