@@ -249,3 +249,19 @@ def test_a_replica_type_kueue_does_not_know_is_still_counted():
     job["spec"]["pytorchReplicaSpecs"]["Evil"] = {"replicas": 8, "template": job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]}
     names = [ps.name for ps in registry.BY_KIND["PyTorchJob"].pod_sets(job)]
     assert names == ["master", "worker", "evil"]
+
+
+def test_the_priority_class_is_read_in_kueues_order():
+    from tests.workload_kinds import PYTORCHJOB
+    job = PYTORCHJOB.fresh()
+    integ = registry.BY_KIND["PyTorchJob"]
+    assert integ.priority_class_name(job) is None
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "low"
+    assert integ.priority_class_name(job) == "low"
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["priorityClassName"] = "mid"
+    assert integ.priority_class_name(job) == "mid"  # the master comes first
+    job["spec"]["runPolicy"]["schedulingPolicy"] = {"priorityClass": "high"}
+    assert integ.priority_class_name(job) == "high"
+    js = JOBSET.fresh()
+    js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["priorityClassName"] = "batch"
+    assert registry.BY_KIND["JobSet"].priority_class_name(js) == "batch"

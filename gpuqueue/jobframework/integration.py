@@ -24,7 +24,6 @@ from typing import Any
 
 import orjson
 
-from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.podset import PodSet, PodSetInfo, json_copy, merged_template, scheduling, with_scheduling
 
@@ -160,11 +159,6 @@ class Integration:
             if name:
                 return name
         return None
-
-    @staticmethod
-    def workload_priority_class(obj: Mapping[str, Any]) -> str | None:
-        value = ((obj.get("metadata") or {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL)
-        return value if isinstance(value, str) and value else None
 
     # -- holding and running (SUSPEND kinds; GATE kinds hold their pods, see kinds/pods.py) --------
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
