@@ -131,14 +131,18 @@ class PriorityResolver:
             self.global_default = None
 
     def priority_of(self, job: core.Job) -> int:
-        wpc = job.metadata.labels.get(kueue.PRIORITY_CLASS_LABEL)
+        spec = job.spec.template.spec
+        return self.priority_for(job.metadata.labels, spec.priority_class_name, spec.priority)
+
+    def priority_for(self, labels: dict[str, str], pod_class: str | None, pod_priority: int | None = None) -> int:
+        """Of any workload: its labels, and the PriorityClass (or priority) its pods ask for."""
+        wpc = labels.get(kueue.PRIORITY_CLASS_LABEL)
         if wpc and wpc in self.workload_classes:
             return self.workload_classes[wpc]
-        pc = job.spec.template.spec.priority_class_name
-        if pc and pc in self.pod_classes:
-            return self.pod_classes[pc]
-        if job.spec.template.spec.priority is not None:
-            return job.spec.template.spec.priority
+        if pod_class and pod_class in self.pod_classes:
+            return self.pod_classes[pod_class]
+        if pod_priority is not None:
+            return pod_priority
         if self.global_default:
             return self.pod_classes[self.global_default]
         return 0

@@ -549,6 +549,7 @@ class QuotaEngine:
             usage=dict(a.usage),
             counts={ps.name: ps.count for ps in a.pod_sets},
             borrowing=borrowing,
+            pod_set_usage=a.usage_by_pod_set(),
         )
         self._admissions += 1
         self._queues[cq].remove(p)

@@ -38,6 +38,7 @@ class PodSetAssignment:
     count: int
     flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
     modes: dict[str, int] = field(default_factory=dict)  # resource -> NO_FIT/PREEMPT/FIT
+    usage: dict[str, int] = field(default_factory=dict)  # resource -> what its pods take together
     reasons: list[str] = field(default_factory=list)
     failed: bool = False
 
@@ -81,6 +82,9 @@ class Assignment:
 
     def flavors_by_pod_set(self) -> dict[str, dict[str, str]]:
         return {ps.name: dict(ps.flavors) for ps in self.pod_sets}
+
+    def usage_by_pod_set(self) -> dict[str, dict[str, int]]:
+        return {ps.name: dict(ps.usage) for ps in self.pod_sets}
 
 
 def _preferred(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -204,6 +208,7 @@ class FlavorAssigner:
             for res, flavor in psa.flavors.items():
                 fr = (flavor, res)
                 assignment.usage[fr] = assignment.usage.get(fr, 0) + requests[res]
+                psa.usage[res] = requests[res]
         return assignment
 
     def _check_flavor(self, flavor_name: str, ps: PodSetSpec) -> str | None:

@@ -129,9 +129,20 @@ class WorkloadSpec:
 class Admission:
     cluster_queue: str
     flavors: dict[str, dict[str, str]]  # pod set -> resource -> flavor
-    usage: dict[FlavorResource, int]
+    usage: dict[FlavorResource, int]  # every pod set together
     counts: dict[str, int]
     borrowing: bool
+    # pod set -> resource -> what its pods take together (Kueue's podSetAssignments[].resourceUsage);
+    # empty when not known (an admission read back from a status written without it)
+    pod_set_usage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def flavors_of(self, pod_set: str = "main") -> dict[str, str]:
         return self.flavors.get(pod_set, {})
+
+    def usage_of(self, pod_set: str) -> dict[str, int]:
+        """What one pod set's pods take, by resource. Without a per-pod-set record, the usage of
+        the flavors it was given (exact for a single pod set)."""
+        if pod_set in self.pod_set_usage:
+            return dict(self.pod_set_usage[pod_set])
+        flavors = self.flavors_of(pod_set)
+        return {res: v for (flavor, res), v in self.usage.items() if flavors.get(res) == flavor}

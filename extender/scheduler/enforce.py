@@ -90,8 +90,10 @@ def _placement(pod: CachedPod, member: Membership | None) -> Verdict:
     wl = member.workload
     if wl.state == PENDING:
         return NotAdmitted(wl.message or NO_RESERVATION)
-    if wl.state in (ADMITTED, EVICTED) and wl.flavor is not None:
-        return Admitted(wl.flavor, pod.controller_uid or pod.uid, pod)
+    admitted = wl.pod_sets.get(member.pod_set) if member.pod_set is not None else None
+    flavor = admitted.flavor if admitted is not None and admitted.flavor is not None else wl.flavor
+    if wl.state in (ADMITTED, EVICTED) and flavor is not None:
+        return Admitted(flavor, member.key, pod)
     return UNMANAGED  # finished: its pods are no longer the quota's
 
 
@@ -106,6 +108,9 @@ def _violation(view: ClusterView, pod: CachedPod, member: Membership | None, che
                EVICTED: f"is being evicted ({wl.message})" if wl.message else "is being evicted"}[wl.state]
         return Violation(f"workload_{wl.state}", f"gpuqueue: pod {pod.key} requests {asks} but its workload "
                          f"{wl.key} {why}", pod)
+    if member.pod_set is None:
+        return Violation("pod_set_not_admitted", f"gpuqueue: pod {pod.key} names no pod set of workload {wl.key}",
+                         pod)
     admitted = wl.pod_sets.get(member.pod_set)
     if admitted is None:
         return Violation("pod_set_not_admitted", f"gpuqueue: pod {pod.key} is in {_where(member)}, which has no "

@@ -39,16 +39,18 @@ class ViewIndexes:
     def put_workload(self, entry: WorkloadEntry) -> WorkloadEntry:
         self.drop_workload(entry.key)
         self._workloads[entry.key] = entry
-        self._by_owner.setdefault(entry.owner_uid, {})[entry.key] = entry
+        for uid in {entry.owner_uid, *entry.members}:
+            self._by_owner.setdefault(uid, {})[entry.key] = entry
         return entry
 
     def drop_workload(self, key: str) -> None:
         old = self._workloads.pop(key, None)
         if old is not None:
-            owned = self._by_owner.get(old.owner_uid, {})
-            owned.pop(old.key, None)
-            if not owned:
-                self._by_owner.pop(old.owner_uid, None)
+            for uid in {old.owner_uid, *old.members}:
+                owned = self._by_owner.get(uid, {})
+                owned.pop(old.key, None)
+                if not owned:
+                    self._by_owner.pop(uid, None)
 
     # -- ClusterView ---------------------------------------------------------------------------
     @property

@@ -12,7 +12,7 @@ from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
-from gpuqueue.extender.scheduler.ownership import MAIN
+from gpuqueue.extender.scheduler.ownership import MAIN, count_key
 from gpuqueue.extender.scheduler.indexes import ViewIndexes
 from gpuqueue.extender.scheduler.view import (ADMITTED, PENDING, CachedPod, Owner, PodSetAdmission, Violation,
                                               WorkloadEntry)
@@ -50,6 +50,29 @@ class InMemoryClusterView(ViewIndexes):
         per_pod = DEFAULT_PER_POD if per_pod is None else per_pod
         usage = {r: v * count for r, v in per_pod.items()}
         return self._put(job, uid, ADMITTED, "", flavor, {MAIN: PodSetAdmission(count, usage)})
+
+    def add_owner(self, kind: str, key: str, uid: str, controller_uid: str | None = None) -> Owner:
+        """An owner of pods of any kind (``namespace/name``), controlled by ``controller_uid``."""
+        namespace, name = key.split("/", 1)
+        return self.put_owner(Owner(uid, namespace, kind, name, controller_uid))
+
+    def admit_pod_sets(self, key: str, owner_uid: str, pod_sets: Mapping[str, tuple[int, Mapping[str, int],
+                                                                                    FlavorSelector]],
+                       members: frozenset[str] = frozenset()) -> WorkloadEntry:
+        """Workload ``namespace/name`` of owner ``owner_uid`` (and of pods ``members``) holds quota
+        for each pod set: (count, per-pod requests, its flavor)."""
+        namespace, name = key.split("/", 1)
+        admitted = {ps: PodSetAdmission(count, {r: v * count for r, v in per_pod.items()}, flavor)
+                    for ps, (count, per_pod, flavor) in pod_sets.items()}
+        merged = next(iter(pod_sets.values()))[2] if pod_sets else None
+        return self.put_workload(WorkloadEntry(namespace, name, owner_uid, ADMITTED, "", merged, admitted,
+                                               members=members))
+
+    def bind_pod(self, uid: str, node: str) -> None:
+        """The pod is bound to ``node``, counted as the controller counts it (``count_key``)."""
+        pod = self.pod(uid)
+        rest = {r: v for r, v in pod.requests.items() if r != GPU_RESOURCE}
+        self.nodes.bind(uid, node, pod.gpus, rest, count_key(self, pod))
 
     def pend(self, job: str, message: str, uid: str | None = None) -> WorkloadEntry:
         return self._put(job, uid, PENDING, message, None, {})

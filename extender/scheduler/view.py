@@ -17,6 +17,7 @@ from gpuqueue.api.core import Pod
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.scheduling import Toleration
 from gpuqueue.jobframework.enforcement import EnforcementConfig
+from gpuqueue.jobframework.registry import POD_KEYS
 
 from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
@@ -43,6 +44,9 @@ class CachedPod:
     requests: Mapping[str, int] = field(default_factory=dict)  # Kubernetes' pod requests, engine units
     tolerations: tuple[Toleration, ...] = ()
     requested: frozenset[str] = frozenset()  # the resources it asks a positive amount of (derived)
+    # the labels and annotations that say which pod set of its kind it is in (registry.POD_KEYS)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requested", frozenset(r for r, v in self.requests.items() if v > 0))
@@ -52,7 +56,9 @@ class CachedPod:
         """From the pod's object; requests as Kubernetes counts them (``api.podrequests``)."""
         meta = pod.metadata
         return cls(meta.uid or "", meta.namespace or "", meta.name or "", controller_uid(meta),
-                   engine_pod_requests(pod.spec), tuple(t.to_spec() for t in pod.spec.tolerations))
+                   engine_pod_requests(pod.spec), tuple(t.to_spec() for t in pod.spec.tolerations),
+                   labels={k: v for k, v in meta.labels.items() if k in POD_KEYS},
+                   annotations={k: v for k, v in meta.annotations.items() if k in POD_KEYS})
 
     @property
     def gpus(self) -> int:
@@ -65,7 +71,8 @@ class CachedPod:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """An object pods belong to (a Job, ...), as the view's cache holds it."""
+    """An object pods belong to (a Job, a JobSet, a RayCluster, ...), as the view's cache holds it;
+    ``kind`` names its integration (``gpuqueue.jobframework.registry.BY_KIND``)."""
 
     uid: str
     namespace: str
@@ -84,6 +91,7 @@ class PodSetAdmission:
 
     count: int
     usage: Mapping[str, int]  # resourceUsage: every pod of the set together, engine units
+    flavor: FlavorSelector | None = None  # its own flavors (None: the Workload's, merged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +105,9 @@ class WorkloadEntry:
     message: str = ""  # why it is pending, or why it is being evicted
     flavor: FlavorSelector | None = None  # the admitted flavors, merged (ADMITTED, EVICTED)
     pod_sets: Mapping[str, PodSetAdmission] = field(default_factory=dict)
+    # its other ownerReferences' uids: the pods of a pod group (Kueue makes every pod of the group
+    # an owner of the group's Workload)
+    members: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -136,7 +147,7 @@ class Admitted:
     ``flavor``; ``pod`` is what the cache says it asks for."""
 
     flavor: FlavorSelector
-    job_key: str  # the pods counted together on nodes: its controller owner's uid
+    job_key: str  # the pods counted together on nodes: its pod set's (ownership.Membership.key)
     pod: CachedPod
 
 
@@ -173,7 +184,8 @@ class ClusterView(Protocol):
         """An owner object the cache knows (Jobs)."""
 
     def workload_owned_by(self, uid: str) -> WorkloadEntry | None:
-        """The Workload whose controller ownerReference is ``uid`` (one holding quota first)."""
+        """The Workload whose controller ownerReference is ``uid``, or that has ``uid`` among its
+        members (one holding quota first)."""
 
     def may_evict(self, pod: CachedPod) -> bool:
         """The quota engine's word on evicting this pod of a Workload holding quota."""

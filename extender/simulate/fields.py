@@ -12,16 +12,20 @@ it lives here, as a check of the raw document before the model reads it. Where t
   the two agree), plus the few CRD fields gpuqueue accepts without reading (`ACCEPTED_UNREAD`);
   an older API version's names (v1beta1 `cohort`) only in documents of that version;
 - Configuration: gpuqueue's model for what it honours, Kueue's other top-level settings (accepted,
-  their contents not checked: the simulator does not read them), and gpuqueue's `enforcement`.
+  their contents not checked: the simulator does not read them), and gpuqueue's `enforcement`;
+- the other workload kinds (JobSet, PyTorchJob, ... ``simulate/kinds.py``): their published CRDs'
+  names and defaults (``crd_fields.json``), pod templates inside them by the kubernetes_asyncio
+  model; Deployment, StatefulSet and Pod by the kubernetes_asyncio model.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from pydantic import BaseModel
@@ -32,9 +36,11 @@ from gpuqueue.jobframework.enforcement import SECTION_FIELDS as ENFORCEMENT_FIEL
 
 @dataclass(frozen=True)
 class Obj:
-    """A mapping with known names; `None` for a value means any value (not checked further)."""
+    """A mapping with known names; `None` for a value means any value (not checked further).
+    ``defaults``: values the API server fills in for absent names (a CRD's ``default``s)."""
 
     fields: dict[str, "Shape"]
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ ACCEPTED_UNREAD = {
 # Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) settings gpuqueue does not read.
 KUEUE_CONFIGURATION_UNREAD = (
     "namespace", "webhook", "leaderElection", "metrics", "health", "pprofBindAddress", "controller",
-    "tls", "internalCertManagement", "waitForPodsReady", "clientConnection", "integrations",
+    "tls", "internalCertManagement", "waitForPodsReady", "clientConnection",
     "multiKueue", "admissionFairSharing", "resources", "featureGates", "objectRetentionPolicies",
 )
 
@@ -134,6 +140,37 @@ def _add(shape: Shape, path: list[str]) -> None:
         if shape.fields.get(path[0]) is None:
             shape.fields[path[0]] = Obj({})
         _add(shape.fields[path[0]], path[1:])
+
+
+def from_json(node: Any) -> Shape:
+    """A shape from crd_fields.json's compact form (``o``: object, ``d``: its defaults, ``l``: list,
+    ``m``: map, ``k``: a kubernetes_asyncio model, null: anything)."""
+    if node is None:
+        return None
+    if "o" in node:
+        return Obj({name: from_json(sub) for name, sub in node["o"].items()}, dict(node.get("d") or {}))
+    if "l" in node:
+        return ListOf(from_json(node["l"]))
+    if "m" in node:
+        return MapOf(from_json(node["m"]))
+    return KubeObj(node["k"])
+
+
+def apply_defaults(value: Any, shape: Shape) -> None:
+    """In place: the shape's defaults for absent names, at every level the value has."""
+    if isinstance(shape, Obj) and isinstance(value, dict):
+        for name, default in shape.defaults.items():
+            if name not in value:
+                value[name] = copy.deepcopy(default)
+        for name, item in value.items():
+            if name in shape.fields:
+                apply_defaults(item, shape.fields[name])
+    elif isinstance(shape, ListOf) and isinstance(value, list):
+        for item in value:
+            apply_defaults(item, shape.item)
+    elif isinstance(shape, MapOf) and isinstance(value, dict):
+        for item in value.values():
+            apply_defaults(item, shape.value)
 
 
 @functools.cache

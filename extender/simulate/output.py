@@ -112,6 +112,9 @@ def _event_line(ev: dict[str, Any]) -> str:
     cq = ev.get("clusterQueue")
     if kind == "Admitted":
         flavors = ", ".join(f"{r}: {f}" for r, f in ev["flavors"].items())
+        if "podSets" in ev:
+            flavors = "; ".join(f"{ps} ×{p['count']}: " + ", ".join(f"{r}: {f}" for r, f in p["flavors"].items())
+                                for ps, p in ev["podSets"].items())
         extra = " borrowing" if ev.get("borrowing") else ""
         nodes = ev.get("nodes")
         where = (" on " + ", ".join(f"{n}×{c}" for n, c in nodes.items())) if nodes else ""

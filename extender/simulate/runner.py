@@ -13,11 +13,17 @@ from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.placement.model import GPU_RESOURCE
 from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.model import WorkloadSpec
+from gpuqueue.extender.simulate import kinds as K
+from gpuqueue.extender.simulate.kinds import KindObject
 from gpuqueue.extender.simulate.placement import NodePlacer
 from gpuqueue.extender.simulate.scenario import Event, Scenario, job_runtime, timeline
 from gpuqueue.api import core, kueue
+from gpuqueue.jobframework.kinds import pods as P
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
+from gpuqueue.jobframework.podset import PodSet
+from gpuqueue.jobframework.registry import IntegrationsConfig, supported_frameworks
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -48,6 +54,13 @@ class Simulation:
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.jobs_config = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
+        # Without an integrations section every kind is queued: a scenario that submits a kind asks
+        # for it (Kueue's own default is batch/job alone).
+        self.integrations = (IntegrationsConfig.from_kueue_configuration(cfg.to_dict()) if cfg.integrations is not None
+                             else IntegrationsConfig(tuple(supported_frameworks())))
+        self.runtimes: dict[tuple[str, str], dict] = {}  # Trainer runtimes by (kind, namespace/name or name)
+        self.objects: dict[str, list[str]] = {}  # a submitted object's key -> the keys of its Workloads
+        self.groups: dict[str, dict[str, dict]] = {}  # a pod group gathering: "ns/group" -> pod key -> pod
         self.placer = NodePlacer() if scenario.has_nodes else None
         self.jobs: dict[str, JobRecord] = {}
         self.cq_order: list[str] = []
@@ -61,9 +74,14 @@ class Simulation:
         self.now = 0.0
 
     # -- objects -------------------------------------------------------------------------------
-    def apply(self, obj: BaseModel) -> list[dict[str, Any]]:
+    def apply(self, obj: BaseModel | KindObject) -> list[dict[str, Any]]:
         """Create or replace an object; returns report events (for Jobs)."""
         e = self.engine
+        if isinstance(obj, KindObject):
+            if obj.integration is not None:
+                return self.submit(obj)
+            self.runtimes[(obj.kind, obj.key)] = obj.doc
+            return []
         if not isinstance(obj, core.Job):
             self._all_touched = True
         if isinstance(obj, kueue.ResourceFlavor):
@@ -103,10 +121,12 @@ class Simulation:
 
     def delete(self, kind: str, name: str, namespace: str | None) -> list[dict[str, Any]]:
         e = self.engine
-        if kind != "Job":
-            self._all_touched = True
-        if kind == "Job":
+        if kind in K.RUNTIME_KINDS:
+            self.runtimes.pop((kind, f"{namespace}/{name}" if namespace else name), None)
+            return []
+        if kind == "Job" or kind in K.kinds():
             return self.remove_job(f"{namespace}/{name}", "Deleted")
+        self._all_touched = True
         if kind == "ResourceFlavor":
             e.remove_flavor(name)
         elif kind == "Cohort":
@@ -133,7 +153,9 @@ class Simulation:
         digest = hashlib.sha256(f"{prefix}{self._generated}".encode()).digest()
         return prefix + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
 
-    def submit(self, job: core.Job) -> list[dict[str, Any]]:
+    def submit(self, job: core.Job | KindObject) -> list[dict[str, Any]]:
+        if isinstance(job, KindObject):
+            return self._submit_kind(job)
         meta = job.metadata.model_copy()
         meta.namespace = meta.namespace or "default"
         if not meta.name:
@@ -157,7 +179,63 @@ class Simulation:
         self.jobs[key] = JobRecord(key, runtime=job_runtime(job))
         return []
 
+    # -- the other workload kinds ----------------------------------------------------------------------
+    def _lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+        return self.runtimes.get((kind, f"{namespace}/{name}" if namespace else name))
+
+    def _submit_kind(self, obj: KindObject) -> list[dict[str, Any]]:
+        integration = obj.integration
+        meta = obj.metadata.model_copy()
+        meta.namespace = meta.namespace or "default"
+        if not meta.name:
+            meta.name = self._generate_name(meta.generate_name or f"{obj.kind.lower()}-")
+        key = f"{meta.namespace}/{meta.name}"
+        if key in self.objects and any(self.jobs[k].state != "deleted" for k in self.objects[key] if k in self.jobs):
+            return [{"kind": "Rejected", "job": key,
+                     "message": f'{integration.plural}{"." + integration.group if integration.group else ""} '
+                                f'"{meta.name}" already exists'}]
+        seen = {"apiVersion": obj.doc["apiVersion"], "kind": obj.kind, "metadata": meta.to_dict(), "spec": {}}
+        result = mutate_job(seen, self.queue_view, self.jobs_config)
+        why = None if result.managed else result.reason.removeprefix("unmanaged: ")
+        if why is None and not self.integrations.enabled(integration):
+            why = f"integration {integration.framework} is not enabled (integrations.frameworks)"
+        if why is not None:
+            self.objects[key] = [key]
+            self.jobs[key] = JobRecord(key, state="unmanaged")
+            return [{"kind": "Ignored", "job": key, "message": f"not managed by gpuqueue: {why}"}]
+        meta.labels = dict(result.job["metadata"].get("labels") or {})
+        obj = obj.with_metadata(meta)
+        try:
+            made = self._group_workloads(obj, key) if P.group_name(obj.doc) and obj.kind == "Pod" \
+                else K.workloads(obj, self._lookup)
+        except ValueError as exc:
+            return [{"kind": "Rejected", "job": key, "message": str(exc)}]
+        priority = self.priorities.priority_for(meta.labels, integration.priority_class_name(obj.doc, self._lookup))
+        keys = []
+        for name, sets in made:
+            wl_key = f"{meta.namespace}/{name}"
+            spec = WorkloadSpec(wl_key, meta.namespace, "" if result.queue_name is None else result.queue_name,
+                                tuple(convert.pod_set_from_template(n, c, t) for n, c, t in K.template_models(sets)),
+                                priority=priority, created=self.now, seq=self.engine.next_seq(), uid=wl_key)
+            self.engine.submit(spec)
+            self.jobs[wl_key] = JobRecord(wl_key, runtime=job_runtime(obj))
+            keys.append(wl_key)
+        self.objects[key] = keys or [key]
+        return []
+
+    def _group_workloads(self, pod: KindObject, key: str) -> list[tuple[str, list[PodSet]]]:
+        """A pod of a group waits for its group: the group's Workload is made when as many pods as
+        it counts are there (Kueue's pod-group-total-count)."""
+        group = f"{pod.namespace}/{P.group_name(pod.doc)}"
+        gathering = self.groups.setdefault(group, {})
+        gathering[key] = pod.doc
+        if group in self.jobs or len(gathering) < P.group_total_count(pod.doc):
+            return []
+        return [(P.group_name(pod.doc), P.group_pod_sets(gathering.values()))]
+
     def remove_job(self, key: str, kind: str) -> list[dict[str, Any]]:
+        if key in self.objects and self.objects[key] != [key]:
+            return [ev for wl_key in self.objects[key] for ev in self.remove_job(wl_key, kind)]
         rec = self.jobs.get(key)
         if rec is None or rec.state in ("finished", "deleted"):
             return []
@@ -244,7 +322,7 @@ class Simulation:
 
     def _run_event(self, ev: Event) -> list[dict[str, Any]]:
         if ev.action == "submit":
-            assert isinstance(ev.obj, core.Job)
+            assert isinstance(ev.obj, (core.Job, KindObject))
             return self.submit(ev.obj)
         if ev.action == "apply":
             assert ev.obj is not None
@@ -304,9 +382,12 @@ class Simulation:
             "kind": "Admitted",
             "job": dec.key,
             "clusterQueue": dec.admission.cluster_queue,
-            "flavors": dict(sorted(dec.admission.flavors_of("main").items())),
+            "flavors": admitted_flavors(dec.admission.flavors),
             "borrowing": dec.admission.borrowing,
         }
+        if len(dec.admission.flavors) > 1:
+            ev["podSets"] = {ps: {"count": dec.admission.counts.get(ps, 1), "flavors": dict(sorted(f.items()))}
+                             for ps, f in sorted(dec.admission.flavors.items())}
         out = [ev]
         if self.placer is not None:
             placed = self.placer.place(dec.key, self.engine, dec.admission)
@@ -375,6 +456,16 @@ class Simulation:
         usage = {cq: format_usage(self.usage_of(cq)) for cq in sorted(self.engine.state.cq_specs, key=self._cq_sort_key)}
         return {"final": {"time": last_time, "admitted": admitted, "finished": finished, "pending": pending,
                           "preemptions": self.preemptions, "usage": usage}}
+
+
+def admitted_flavors(by_pod_set: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Each resource's flavor; where pod sets of one workload took a resource in several flavors,
+    those flavors joined by commas (``podSets`` has each pod set's)."""
+    out: dict[str, set[str]] = {}
+    for flavors in by_pod_set.values():
+        for res, flavor in flavors.items():
+            out.setdefault(res, set()).add(flavor)
+    return {res: ",".join(sorted(fs)) for res, fs in sorted(out.items())}
 
 
 def format_usage(usage: dict[tuple[str, str], int]) -> dict[str, dict[str, str]]:

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ValidationError
 from gpuqueue.api import core, kueue
 from gpuqueue.api.quantity import QuantityError
 from gpuqueue.extender.simulate import fields
+from gpuqueue.extender.simulate import kinds as K
+from gpuqueue.extender.simulate.kinds import KindObject
 
 SCENARIO_API = "gpuqueue.io/v1alpha1"
 RUNTIME_ANNOTATION = "gpuqueue.io/runtime-seconds"
@@ -30,7 +32,8 @@ KINDS: dict[str, tuple[tuple[str, ...], type[BaseModel]]] = {
     "PriorityClass": (("scheduling.k8s.io/v1",), core.PriorityClass),
     "Job": (("batch/v1",), core.Job),
 }
-NAMESPACED = {"LocalQueue", "Job"}
+NAMESPACED = {"LocalQueue", "Job"} | {k for k, (_, namespaced) in K.kinds().items() if namespaced}
+WORKLOAD_KINDS = ("Job",) + tuple(k for k in K.kinds() if k not in K.RUNTIME_KINDS)
 # Event occurrences a scenario may generate in all (`count` summed over its events): a run keeps a
 # record of every job it saw, a few kilobytes each, so this bounds it to about two gigabytes.
 MAX_OCCURRENCES = 1_000_000
@@ -52,7 +55,7 @@ class Event:
     at: float
     order: int  # position in the file: events at the same instant run in file order
     action: str  # submit | apply | finish | delete
-    obj: BaseModel | None = None  # submit / apply
+    obj: BaseModel | KindObject | None = None  # submit / apply
     job: str | None = None  # finish: namespace/name
     ref: ObjectRef | None = None  # delete
     where: str = ""  # for messages: "events[3]"
@@ -68,9 +71,12 @@ class Event:
 
     def submitted_keys(self) -> Iterator[str]:
         """The namespace/name of every job this event submits (those with a generateName excepted)."""
-        if self.action in ("submit", "apply") and isinstance(self.obj, core.Job) and self.obj.metadata.name:
-            key = job_key(self.obj)
-            yield from (f"{key}-{n}" for n in range(self.count)) if self.repeated and self.action == "submit" else [key]
+        if self.action in ("submit", "apply") and is_workload(self.obj) and self.obj.metadata.name:
+            if self.repeated and self.action == "submit":
+                for n in range(self.count):
+                    yield from workload_keys(_nth_job(self.obj, n))
+            else:
+                yield from workload_keys(self.obj)
 
 
 def timeline(events: list[Event]) -> Iterator[Event]:
@@ -88,10 +94,26 @@ def timeline(events: list[Event]) -> Iterator[Event]:
         yield e.occurrence(n, at)
 
 
+def is_workload(obj) -> bool:
+    """A batch/v1 Job, or a document of another kind gpuqueue queues."""
+    return isinstance(obj, core.Job) or (isinstance(obj, KindObject) and obj.integration is not None)
+
+
+def workload_keys(obj) -> list[str]:
+    """The keys a finish or delete event may name for a submitted object: the object's, and each
+    Workload's it makes (a Deployment's pods, a LeaderWorkerSet's groups)."""
+    key = job_key(obj)
+    if isinstance(obj, KindObject):
+        namespace = key.split("/", 1)[0]
+        return [key] + [f"{namespace}/{name}" for name, _ in K.workloads(obj, None) if f"{namespace}/{name}" != key] \
+            if obj.kind in ("Deployment", "LeaderWorkerSet") else [key]
+    return [key]
+
+
 @dataclass
 class Scenario:
-    objects: list[BaseModel] = field(default_factory=list)  # quota objects, namespaces, nodes, ... in order
-    jobs: list[core.Job] = field(default_factory=list)  # submitted at time 0
+    objects: list[BaseModel | KindObject] = field(default_factory=list)  # quota objects, namespaces, nodes, ... in order
+    jobs: list[core.Job | KindObject] = field(default_factory=list)  # workloads submitted at time 0
     events: list[Event] = field(default_factory=list)
     configuration: kueue.Configuration | None = None
     source: str = "<scenario>"
@@ -152,8 +174,10 @@ def parse_object(doc: Any, where: str, prefix: str = "") -> BaseModel:
     pre = f"{prefix}." if prefix else ""
     if kind is None:
         raise ScenarioError(f"{where}: {pre}kind: required field is missing")
+    if kind in K.kinds():
+        return _parse_kind_object(doc, where, prefix, pre)
     if kind not in KINDS:
-        known = ", ".join(sorted(KINDS))
+        known = ", ".join(sorted(set(KINDS) | set(K.kinds())))
         raise ScenarioError(f"{where}: {pre}kind: unknown kind {kind!r} (known: {known}, Scenario)")
     versions, model = KINDS[kind]
     if api not in versions:
@@ -175,10 +199,35 @@ def parse_object(doc: Any, where: str, prefix: str = "") -> BaseModel:
     return obj
 
 
+def _parse_kind_object(doc: dict, where: str, prefix: str, pre: str) -> KindObject:
+    kind = doc["kind"]
+    api_version, _ = K.kinds()[kind]
+    if doc.get("apiVersion") != api_version:
+        raise ScenarioError(f"{where}: {pre}apiVersion: {kind} must be {api_version}, got {doc.get('apiVersion')!r}")
+    try:
+        obj = K.parse(doc, prefix)
+        K.check_pod_sets(obj, prefix, None)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    if not obj.metadata.name and not (obj.integration is not None and obj.metadata.generate_name):
+        raise ScenarioError(f"{where}: {pre}metadata.name: required field is missing")
+    replicas = (obj.doc.get("spec") or {}).get("replicas")
+    if obj.kind in ("Deployment", "LeaderWorkerSet") and isinstance(replicas, int) and replicas > MAX_OCCURRENCES:
+        raise ScenarioError(f"{where}: {pre}spec.replicas: {replicas} Workloads (one per "
+                            f"{'pod' if obj.kind == 'Deployment' else 'group'}), more than the simulator's limit of "
+                            f"{MAX_OCCURRENCES}")
+    _check_runtime(obj.metadata, where, pre)
+    return obj
+
+
 def _check_job(job: core.Job, where: str, pre: str) -> None:
     if not job.spec.template.spec.containers:
         raise ScenarioError(f"{where}: {pre}spec.template.spec.containers: Required value")
-    raw = job.metadata.annotations.get(RUNTIME_ANNOTATION)
+    _check_runtime(job.metadata, where, pre)
+
+
+def _check_runtime(meta, where: str, pre: str) -> None:
+    raw = meta.annotations.get(RUNTIME_ANNOTATION)
     if raw is not None:
         try:
             seconds = float(raw)
@@ -190,12 +239,12 @@ def _check_job(job: core.Job, where: str, pre: str) -> None:
             )
 
 
-def job_runtime(job: core.Job) -> float | None:
+def job_runtime(job: core.Job | KindObject) -> float | None:
     raw = job.metadata.annotations.get(RUNTIME_ANNOTATION)
     return float(raw) if raw is not None else None
 
 
-def job_key(job: core.Job) -> str:
+def job_key(job: core.Job | KindObject) -> str:
     return f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
 
 
@@ -248,19 +297,22 @@ def _parse_events(doc: dict, where: str) -> list[Event]:
     return out
 
 
-def _nth_job(job: core.Job, n: int) -> core.Job:
+def _nth_job(job: core.Job | KindObject, n: int) -> core.Job | KindObject:
     """The n-th job of a repeated submit: its own metadata, the template's spec shared
     (nothing changes a submitted spec, and thousands of copies would cost)."""
     if not job.metadata.name:
         return job
+    if isinstance(job, KindObject):
+        return job.named(f"{job.metadata.name}-{n}")
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"name": f"{job.metadata.name}-{n}"})})
 
 
 def _parse_action(action: str, body: Any, full: str, where: str, prefix: str) -> dict[str, Any]:
     if action == "submit":
         obj = parse_object(body, where, prefix)
-        if not isinstance(obj, core.Job):
-            raise ScenarioError(f"{full}: submit takes a batch/v1 Job, got {obj.__class__.__name__}")
+        if not is_workload(obj):
+            name = obj.kind if isinstance(obj, KindObject) else obj.__class__.__name__
+            raise ScenarioError(f"{full}: submit takes a workload ({', '.join(WORKLOAD_KINDS)}), got {name}")
         return {"obj": obj}
     if action == "apply":
         return {"obj": parse_object(body, where, prefix)}
@@ -272,7 +324,7 @@ def _parse_action(action: str, body: Any, full: str, where: str, prefix: str) ->
     if not isinstance(body, dict):
         raise ScenarioError(f"{full}: must be a mapping with kind, name and (for namespaced kinds) namespace")
     kind = body.get("kind")
-    if kind not in KINDS or kind == "Configuration":
+    if (kind not in KINDS and kind not in K.kinds()) or kind == "Configuration":
         raise ScenarioError(f"{full}.kind: unknown kind {kind!r}")
     name = body.get("name")
     if not isinstance(name, str) or not name:
@@ -314,18 +366,40 @@ def load_scenario(text: str, source: str = "<scenario>") -> Scenario:
                 raise ScenarioError(f"{where}: at most one Configuration document")
             _check_configuration(obj, where)
             sc.configuration = obj
-        elif isinstance(obj, core.Job):
+        elif is_workload(obj):
             sc.jobs.append(obj)
         else:
             sc.objects.append(obj)
     _check_references(sc)
-    if not sc.jobs and not any(True for e in sc.events if e.action == "submit" or isinstance(e.obj, core.Job)):
+    _check_runtimes(sc)
+    if not sc.jobs and not any(True for e in sc.events if e.action == "submit" or is_workload(e.obj)):
         raise ScenarioError(f"{source}: no Jobs: the scenario submits none (a batch/v1 Job document, or a "
                             f"submit event), so there is nothing to simulate")
     return sc
 
 
+def _check_runtimes(sc: Scenario) -> None:
+    """A TrainJob must name a Trainer runtime the scenario defines (at the start or by an event)."""
+    from gpuqueue.jobframework.kinds.trainjob import runtime_ref
+    objs = sc.objects + [e.obj for e in sc.events if e.action == "apply"]
+    defined = {(o.kind, o.key) for o in objs if isinstance(o, KindObject) and o.kind in K.RUNTIME_KINDS}
+    trainjobs = [(j, f"{sc.source}: TrainJob {job_key(j)}") for j in sc.jobs] + [(e.obj, e.where) for e in sc.events]
+    for obj, where in trainjobs:
+        if not isinstance(obj, KindObject) or obj.kind != "TrainJob":
+            continue
+        kind, name = runtime_ref(obj.doc)
+        key = f"{obj.namespace}/{name}" if kind == "TrainingRuntime" else name
+        if (kind, key) not in defined:
+            raise ScenarioError(f"{where}: spec.runtimeRef: {kind} {key} is never defined in the scenario")
+
+
 def _check_configuration(cfg: kueue.Configuration, where: str) -> None:
+    if cfg.integrations is not None:
+        from gpuqueue.jobframework.registry import IntegrationsConfig
+        try:
+            IntegrationsConfig.from_kueue_configuration({"integrations": cfg.integrations})
+        except ValueError as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
     if cfg.fair_sharing is not None:
         strategies = cfg.fair_sharing.preemption_strategies
         allowed = (
@@ -342,15 +416,15 @@ def _check_configuration(cfg: kueue.Configuration, where: str) -> None:
 
 def _check_references(sc: Scenario) -> None:
     """A finish or delete event must name a job that is submitted (at time 0 or by an event)."""
-    if not any(e.action == "finish" or (e.ref and e.ref.kind == "Job") for e in sc.events):
+    if not any(e.action == "finish" or (e.ref and e.ref.kind in WORKLOAD_KINDS) for e in sc.events):
         return
-    submitted = {job_key(j) for j in sc.jobs if j.metadata.name}
+    submitted = {k for j in sc.jobs if j.metadata.name for k in workload_keys(j)}
     for e in sc.events:
         submitted.update(e.submitted_keys())
     for e in sc.events:
         if e.action == "finish" and e.job not in submitted:
             raise ScenarioError(f"{e.where}.finish: job {e.job} is never submitted")
-        if e.action == "delete" and e.ref and e.ref.kind == "Job":
+        if e.action == "delete" and e.ref and e.ref.kind in WORKLOAD_KINDS:
             key = f"{e.ref.namespace}/{e.ref.name}"
             if key not in submitted:
                 raise ScenarioError(f"{e.where}.delete: job {key} is never submitted")

@@ -191,3 +191,5 @@ class Configuration(KubeModel):
     fair_sharing: FairSharingConfig | None = None
     manage_jobs_without_queue_name: bool = False
     managed_jobs_namespace_selector: LabelSelector | None = None
+    # which workload kinds are queued: read by gpuqueue.jobframework.registry.IntegrationsConfig
+    integrations: dict[str, Any] | None = None

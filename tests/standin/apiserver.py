@@ -60,7 +60,7 @@ class _Route:
         self.rt, self.namespace, self.name, self.subresource = rt, namespace, name, subresource
 
 
-def _route(path: str) -> _Route:
+def _route(path: str, by_path: dict) -> _Route:
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
@@ -70,12 +70,12 @@ def _route(path: str) -> _Route:
         raise S.page_not_found()
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces":
-        rt = R.BY_PATH.get((group, version, rest[2]))
+        rt = by_path.get((group, version, rest[2]))
         if rt is not None and rt.namespaced:
             namespace, rest = rest[1], rest[2:]
     if not rest:
         raise S.page_not_found()
-    rt = R.BY_PATH.get((group, version, rest[0]))
+    rt = by_path.get((group, version, rest[0]))
     if rt is None or (rt.namespaced and namespace is None and len(rest) > 1) or len(rest) > 3:
         raise S.page_not_found()
     name = rest[1] if len(rest) > 1 else None
@@ -165,6 +165,13 @@ class ApiServer:
 
     # --- test hooks ----------------------------------------------------------------------------------
 
+    def install_crds(self, *names: str) -> None:
+        """Create the vendored CRDs `names` (`plural.group`, tests/fixtures/crds), as
+        `kubectl create -f` would: their kinds are served from then on."""
+        from . import crds
+        for name in names:
+            self.cluster.create(R.CUSTOM_RESOURCE_DEFINITIONS, None, crds.fixture(name), owned=True)
+
     def enable_aggregation(self):
         """Proxy requests for APIServices that name a Service (kube-aggregator); returns the
         Aggregator, whose `endpoints` map a Service port to where it listens."""
@@ -213,8 +220,10 @@ class ApiServer:
         self.responses[(request.method, resp.status)] += 1
         if not isinstance(resp, web.Response):
             return resp  # a watch counts its bytes as it sends them
-        counts = self._traffic(f"{request.method} {_what(request.path)}"
-                               + (" (list)" if request.method == "GET" and _is_collection(request.path) else ""))
+        by_path = self.cluster.by_path
+        counts = self._traffic(f"{request.method} {_what(request.path, by_path)}"
+                               + (" (list)" if request.method == "GET" and _is_collection(request.path, by_path)
+                                  else ""))
         counts[0] += 1
         counts[1] += request.content_length or 0
         counts[2] += len(resp.body or b"")
@@ -259,7 +268,7 @@ class ApiServer:
                 apiservice = self.aggregator.apiservice_for(request.path)
                 if apiservice is not None:
                     return await self.aggregator.proxy(request, apiservice)
-            route = _route(request.path)
+            route = _route(request.path, self.cluster.by_path)
             verb = verb_of(request.method, route.name is not None)
             resource = route.rt.group_resource + (f"/{route.subresource}" if route.subresource else "")
             if verb == "list":
@@ -302,7 +311,7 @@ class ApiServer:
                 apiservice = self.aggregator.apiservice_for(request.path)
                 if apiservice is not None:
                     return await self.aggregator.proxy(request, apiservice)
-            route = _route(request.path)
+            route = _route(request.path, self.cluster.by_path)
             if route.rt.create_only:
                 if request.method != "POST" or route.name is not None:
                     raise S.method_not_allowed()
@@ -349,7 +358,7 @@ class ApiServer:
 
     def _fault_error(self, code: int, path: str) -> S.ApiError:
         try:
-            route = _route(path)
+            route = _route(path, self.cluster.by_path)
             rt, name = route.rt, route.name or ""
         except S.ApiError:
             rt, name = None, ""
@@ -566,18 +575,18 @@ class ApiServer:
         await resp.write(_dumps({"type": "BOOKMARK", "object": obj}, sort=False))
 
 
-def _what(path: str) -> str:
+def _what(path: str, by_path: dict) -> str:
     """`jobs`, `workloads/status`: what a request is about, for the traffic counts."""
     try:
-        route = _route(path)
+        route = _route(path, by_path)
     except S.ApiError:
         return "unknown"
     return route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
 
 
-def _is_collection(path: str) -> bool:
+def _is_collection(path: str, by_path: dict) -> bool:
     try:
-        return _route(path).name is None
+        return _route(path, by_path).name is None
     except S.ApiError:
         return False
 

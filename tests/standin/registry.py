@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import managedfields
+from . import crds
 from . import patches
 from . import resources as R
 from . import status as S
@@ -60,6 +61,9 @@ class Cluster:
         self.store = Store(history_size)
         self.kubernetes_minor = kubernetes_minor  # the Job update rules of 1.<minor> (rules.job_update_errors)
         self.managed_fields = managed_fields  # keep metadata.managedFields (managedfields.py)
+        # What is served: the built-in kinds, and those of every CustomResourceDefinition created.
+        self.by_path: dict[tuple[str, str, str], ResourceType] = dict(R.BY_PATH)
+        self.by_storage: dict[str, list[ResourceType]] = {k: list(v) for k, v in R.BY_STORAGE.items()}
         self.pod_deletion_delay = pod_deletion_delay
         self.observers: list[Callable[[Write], None]] = []
         self.observer_errors: list[BaseException] = []
@@ -242,7 +246,23 @@ class Cluster:
         if dry_run:
             return self.render(rt, obj)
         self._commit(rt, "ADDED", obj, None, verb)
+        if rt is R.CUSTOM_RESOURCE_DEFINITIONS:
+            self._serve(obj)
         return self.render(rt, obj)
+
+    # --- CustomResourceDefinitions -------------------------------------------------------------------
+
+    def _serve(self, crd: dict) -> None:
+        for crt in crds.resource_types(crd):
+            self.by_path[(crt.group, crt.version, crt.plural)] = crt
+            self.by_storage.setdefault(crt.storage_key, []).append(crt)
+
+    def _unserve(self, crd: dict) -> None:
+        spec = crd.get("spec") or {}
+        storage = f"{(spec.get('names') or {}).get('plural')}.{spec.get('group')}"
+        for crt in self.by_storage.pop(storage, []):
+            self.by_path.pop((crt.group, crt.version, crt.plural), None)
+        self.store.objects.pop(storage, None)
 
     def _prepare_pod(self, pod: dict) -> list:
         spec = pod.setdefault("spec", {})
@@ -342,6 +362,11 @@ class Cluster:
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if rt.has_generation and _spec_part(new) != _spec_part(old):
             meta["generation"] = old["metadata"].get("generation", 0) + 1
+        if subresource == "status" and rt.schema is not None:
+            rules.apply_defaults(rt, new)
+            errs = rules.update_errors(rt, new, old)
+            if errs:
+                raise S.invalid(rt, name, errs)
         if new == old or dry_run:
             return self.render(rt, new)  # a no-op write is not persisted: no new resourceVersion, no event
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -417,6 +442,8 @@ class Cluster:
                 self._commit(rt, "MODIFIED", new, old, verb)
             return self.render(rt, new)
         self._commit(rt, "DELETED", new, old, verb)
+        if rt is R.CUSTOM_RESOURCE_DEFINITIONS:
+            self._unserve(new)
         return self.render(rt, new)
 
     def _kubelet_removal(self, rt: ResourceType, namespace: str | None, name: str, uid: str) -> None:
@@ -444,7 +471,7 @@ class Cluster:
     def _dependents(self, uid: str) -> list[tuple[ResourceType, dict]]:
         found = []
         for sk, objects in self.store.objects.items():
-            rt = R.BY_STORAGE[sk][0]
+            rt = self.by_storage[sk][0]
             for obj in objects.values():
                 if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ()):
                     found.append((rt, obj))
@@ -466,7 +493,7 @@ class Cluster:
         self._gc_scheduled = False
         uids = self.store.by_uid
         for sk, objects in list(self.store.objects.items()):
-            rt = R.BY_STORAGE[sk][0]
+            rt = self.by_storage[sk][0]
             for obj in list(objects.values()):
                 meta = obj["metadata"]
                 refs = meta.get("ownerReferences") or []

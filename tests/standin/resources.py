@@ -8,6 +8,7 @@ are unstructured JSON (keys sorted) and list items carry kind/apiVersion (fixtur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ResourceType:
     storage: str = ""  # several API versions of one kind share storage (events); defaults to plural.group
     create_only: bool = False  # a review: POST answers it, nothing is stored (tokenreviews, subjectaccessreviews)
     bookmark_skeleton: dict = field(default_factory=dict, compare=False, hash=False)
+    schema: Any = field(default=None, compare=False, hash=False, repr=False)  # a CRD's openAPIV3Schema (crds.py)
 
     @property
     def api_version(self) -> str:
@@ -115,6 +117,14 @@ STATEFUL_SETS = _builtin("apps", "v1", "statefulsets", "StatefulSet", True, stat
                          has_generation=True, bookmark_skeleton={"spec": {"template": {
                              "metadata": {"creationTimestamp": None}, "spec": {"containers": None}},
                              "serviceName": "", "updateStrategy": {}}, "status": {"replicas": 0}})
+DEPLOYMENTS = _builtin("apps", "v1", "deployments", "Deployment", True, status_subresource=True, has_generation=True,
+                       bookmark_skeleton={"spec": {"template": {"metadata": {"creationTimestamp": None},
+                                                                "spec": {"containers": None}},
+                                                   "strategy": {}}, "status": {}})
+# Creating one makes its kind servable (crds.py); the CRD object itself is stored as sent.
+CUSTOM_RESOURCE_DEFINITIONS = _builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                                       "CustomResourceDefinition", False, status_subresource=True,
+                                       has_generation=True)
 CONFIG_MAPS = _builtin("", "v1", "configmaps", "ConfigMap", True)
 CLUSTER_ROLES = _builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
 CLUSTER_ROLE_BINDINGS = _builtin("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False)
@@ -137,6 +147,7 @@ WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityC
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES, NODES, PODS, EVENTS, JOBS, CRON_JOBS, LEASES, EVENTS_V1, PRIORITY_CLASSES,
     SECRETS, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS, REPLICA_SETS, STATEFUL_SETS,
+    DEPLOYMENTS, CUSTOM_RESOURCE_DEFINITIONS,
     RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WORKLOAD_PRIORITY_CLASSES,
     CONFIG_MAPS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, ROLES, ROLE_BINDINGS, API_SERVICES,
     TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS,

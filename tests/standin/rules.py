@@ -1,11 +1,13 @@
 """Per-kind behaviour of kube-apiserver 1.24's registry: defaulting, validation, time formats, key order
 and the events.k8s.io <-> core/v1 Event conversion. Kueue kinds are CRDs with a preserve-unknown-fields
-schema, so beyond metadata nothing is defaulted or validated for them."""
+schema, so beyond metadata nothing is defaulted or validated for them; kinds of an installed CRD with a
+schema (crds.py) are pruned, defaulted and validated against it."""
 from __future__ import annotations
 
 import datetime as dt
 import re
 
+from . import crds
 from . import resources as R
 from .resources import ResourceType
 from .status import ApiError, FieldError, bad_request, go_value, invalid
@@ -308,7 +310,9 @@ def prepare_job_create(job: dict) -> list[FieldError]:
 
 
 def apply_defaults(rt: ResourceType, obj: dict) -> None:
-    if rt is R.JOBS:
+    if rt.schema is not None:
+        crds.prune_and_default(rt.schema, obj)
+    elif rt is R.JOBS:
         default_job(obj)
     elif rt is R.PODS and isinstance(obj.get("spec"), dict):
         default_pod_spec(obj["spec"], pod=True)
@@ -328,6 +332,8 @@ def prepare_pod_create(pod: dict, priority: int | None, preemption_policy: str |
 
 def prepare_create(rt: ResourceType, obj: dict) -> list[FieldError]:
     """Defaults and validation beyond metadata for kinds that need them."""
+    if rt.schema is not None:
+        return crds.validation_errors(rt.schema, obj)
     if rt is R.JOBS:
         return prepare_job_create(obj)
     if rt is R.NAMESPACES:
@@ -438,6 +444,8 @@ def _copy_field(src: dict, dst: dict, field: str) -> None:
 
 
 def update_errors(rt: ResourceType, new: dict, old: dict, minor: int = 24) -> list[FieldError]:
+    if rt.schema is not None:
+        return crds.validation_errors(rt.schema, new)
     if rt is R.JOBS:
         return job_update_errors(new, old, minor)
     if rt is R.PRIORITY_CLASSES and new.get("value") != old.get("value"):

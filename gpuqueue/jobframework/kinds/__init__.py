@@ -1,0 +1,1 @@
+"""The integrations, one module per family of kinds (see ``gpuqueue.jobframework.registry``)."""
