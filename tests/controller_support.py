@@ -197,9 +197,10 @@ class PodObserver:
             self._per_pod[uid] = engine_pod_requests(spec).get(self.resource, 0)
         return self._per_pod[uid]
 
-    async def held(self, max_span: float = 1.0) -> None:
-        """No violation ever; every episode of excess ended within `max_span` seconds (one under
-        way is given that long to end)."""
+    async def held(self, max_span: float = 5.0) -> None:
+        """No violation ever; every episode of excess ended within `max_span` seconds (one under way
+        is given that long to end). 5 s: prompt, with room for a loaded 2-core CI machine; the
+        episodes measured on a quiet one last 2-17 ms."""
         assert self.violations == [], self.violations[:5]
         if self.excess_open:
             await eventually(lambda: not self.excess_open, max_span,

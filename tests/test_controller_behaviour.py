@@ -174,9 +174,9 @@ async def test_on_1_24_a_job_its_owner_started_cannot_take_a_flavor_and_says_why
             await h.apply(obj)
         ctl = await h.controller()
         await h.kube.create(K.JOBS, "ml", gpu_job("ml", "early"))
-        await eventually(lambda: "ml/early" in ctl.job_steering.refused, what="refusal seen")
+        await eventually(lambda: "ml/early" in ctl.job_steering.refused, timeout=15, what="refusal seen")
         await eventually(lambda: "the API refused the change of the Job's pod template" in (W.condition(
-            h.workload_of("ml", "early"), "QuotaReserved") or {}).get("message", ""), what="pending, saying why")
+            h.workload_of("ml", "early"), "QuotaReserved") or {}).get("message", ""), timeout=15, what="pending, saying why")
         assert h.job("ml", "early")["spec"]["suspend"] is True
         assert "admission" not in h.workload_of("ml", "early")["status"]
         assert any(e["reason"] == "AdmissionRefused" for e in h.api.cluster.store.kind("events").values())

@@ -20,8 +20,7 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
-from gpuqueue.extender.controller.departures import Departures, spec_from_admission
-from gpuqueue.extender.controller.equivalence import admission_mismatch
+from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
@@ -29,6 +28,7 @@ from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.records import WorkloadRecords
@@ -44,7 +44,7 @@ from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_
 log = logging.getLogger("gpuqueue.controller")
 
 
-class Controller:
+class Controller(RebuildFromApi):
     def __init__(self, api: client.ApiClient, options: Options | None = None, metrics: Metrics | None = None,
                  identity: str = "gpuqueue") -> None:
         self.api = api
@@ -385,94 +385,6 @@ class Controller:
             self.departures.depart(st, w)
         else:
             self.workload_writes.delete_workload(st)
-
-    # -- rebuilding from the API -------------------------------------------------------------------------
-    def _recover(self) -> None:
-        """A fresh engine from what the API holds: the specs, then each Job that is managed or holds
-        or waits for quota (stays_managed), in creation order, then every other reservation -
-        a Workload holding one counts until its Job's pods are gone, whatever became of the Job."""
-        engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
-        self.engine = engine
-        self.jobs.clear()
-        self.quota_objects.load(engine, self.informers)
-        jobs = sorted(self.informers["jobs"].list(),
-                      key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
-        tracked = set()
-        for job in jobs:
-            wl = self._workload_of(job)
-            if self.is_managed(job, wl):
-                st = self._rebuild(job, wl)
-                tracked.add(f"{st.namespace}/{st.wl_name}")
-        live = {st.uid: st for st in self.jobs.values()}
-        for wl in self.informers["workloads"].list():
-            if not W.holds_reservation(wl) or object_key(wl) in tracked:
-                continue
-            owner = live.get(W.owner_uid(wl))
-            if owner is not None and owner.phase != "finished":
-                self.workload_writes.delete_extra(owner, wl)  # a second one for a tracked Job: not gpuqueue's
-            else:
-                self.departures.restore(wl)
-
-    def _rebuild(self, job: dict, wl: dict | None) -> JobState:
-        st = self._track(job, wl)
-        finished = W.job_finished(job)
-        if finished:
-            st.phase = "finished"
-            if wl is not None and not W.is_true(wl, "Finished"):
-                self.workload_writes.finish_workload(st, finished)
-            return st
-        if wl is not None and W.is_true(wl, "Finished"):
-            # the Job has not finished: someone else wrote that (set back below); judged without it
-            self.workload_writes.set_back(st)
-            wl = W.without_condition(W.status_copy(wl), "Finished")
-        if wl is None:
-            self.workload_writes.ensure_workload(st)
-        elif W.holds_reservation(wl):
-            try:
-                adm = W.admission_from_status(wl["status"]["admission"])
-            except (KeyError, ValueError, TypeError) as exc:
-                log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
-            else:
-                self._restore_admitted(st, job, wl, adm)
-                self._follow_active(st, wl)  # an inactive one stays so: evicted if admitted
-                return st
-        requeued = W.condition(wl, "Requeued") if wl else None
-        queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
-            "status") == "True" else None
-        self._submit(st, job, queued_at)
-        if W.shows_reservation(wl):
-            self.workload_writes.set_back(st)
-        if wl is not None and W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
-            self.workload_writes.update_spec(st)  # changed while no leader ran
-        self._steer(st, job)
-        if wl is not None:
-            self._follow_active(st, wl)
-        return st
-
-    def _restore_admitted(self, st: JobState, job: dict, wl: dict, adm) -> None:
-        engine = self.engine
-        now = time.time()
-        reserved_at = W.parse_time((W.condition(wl, "QuotaReserved") or {}).get("lastTransitionTime")) or now
-        try:
-            spec = self.workload_spec(st, job)
-        except (ValidationError, ValueError):
-            spec = spec_from_admission(st, adm, wl)
-        engine.restore_admitted(spec, adm, reserved_at)
-        st.phase = "admitted"
-        st.maybe_reserved = True
-        if W.is_true(wl, "Evicted"):
-            # the last leader died half-way through an eviction: finish it (it is queued again with
-            # the Job as it is now, and its Workload told so once the reservation is cleared)
-            engine.evict(st.key, now)
-            self.workload_writes.resume_eviction(st, adm.cluster_queue)
-            if W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
-                self.workload_writes.update_spec(st)
-            return
-        changed = admission_mismatch(spec.pod_sets, adm)
-        if changed:  # its pods were changed while no leader ran (or the record was)
-            self.following.requeue_changed(st, job, changed)
-        else:
-            self._steer(st, job)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:

@@ -19,7 +19,8 @@ from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
+from gpuqueue.extender.controller.workload_records import WorkloadRecordKeeping
+from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
@@ -27,7 +28,7 @@ from gpuqueue.extender.quota.model import Admission
 
 
 
-class WorkloadWrites:
+class WorkloadWrites(WorkloadRecordKeeping):
     def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
                  writes: Writes, events: EventRecorder, metrics: Metrics, priorities: convert.PriorityResolver,
                  priority_of: Callable[[dict], int], status_changed: Callable[[], None],
@@ -288,122 +289,6 @@ class WorkloadWrites:
         if st.phase == "evicting":
             st.phase = "pending"
 
-    # -- deactivated and reactivated (spec.active) ------------------------------------------------------------
-    def deactivate(self, st: JobState, evicted: d.Evicted | None) -> None:
-        """Kueue's deactivation carried out: an admitted Job is evicted (`evicted`, the engine's
-        decision: its Job suspended, its reservation cleared once its pods are gone, Requeued false);
-        a pending one is told it is held out of its queue (Requeued false)."""
-        if evicted is not None:
-            self.apply(evicted)
-            return
-
-        async def write():
-            await self.workloads.update(st, lambda wl: W.with_requeued(wl, False, d.DEACTIVATED,
-                                                                       d.DEACTIVATED_MESSAGE))
-
-        self.writes.chain(st.key, write)
-
-    def reactivate(self, st: JobState) -> None:
-        """spec.active is true again: the Workload says it is queued again (Requeued true)."""
-        def change(wl: dict) -> dict | None:
-            c = W.condition(wl, "Requeued")
-            if c is None or c.get("status") != "False" or c.get("reason") != d.DEACTIVATED:
-                return None
-            return W.with_requeued(wl, True, d.REACTIVATED, d.REACTIVATED_MESSAGE)
-
-        async def write():
-            await self.workloads.update(st, change)
-
-        self.writes.chain(st.key, write)
-
-    # -- the record kept true --------------------------------------------------------------------------------------
-    def update_spec(self, st: JobState) -> None:
-        """A pending Workload's spec made to match its Job again (Kueue's updateWorkloadToMatchJob):
-        its pod sets, and the LocalQueue the Job is in now. Never the spec of a Workload showing a
-        reservation: an admitted Job that changed is evicted first (this write follows in its
-        chain)."""
-        async def write():
-            job = self.jobs.job(st)
-            if job is None or job["metadata"].get("uid") != st.uid or self.sched.jobs.get(st.key) is not st:
-                return
-            pod_sets = W.pod_sets_of(job)
-
-            def change(wl: dict) -> dict | None:
-                if W.shows_reservation(wl) or not W.pod_sets_differ(wl, pod_sets, st.queue_name):
-                    return None
-                wl["spec"] = {**(wl.get("spec") or {}), "podSets": pod_sets, "queueName": st.queue_name}
-                return wl
-
-            try:
-                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
-                                                  self.workloads.get(st), change, protect=W.status_copy)
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return
-                raise
-            if updated is not None:
-                self.events.event(st, "UpdatedWorkload",
-                                  f"Updated not matching Workload for suspended job: {st.namespace}/{st.wl_name}")
-
-        self.writes.chain(st.key, write)
-
-    def reservation_of(self, st: JobState) -> Admission | None | object:
-        """The reservation the API should show for the Job: the engine's admission (an evicted
-        Job's until its pods are gone), None, or UNSETTLED while a write of ours that changes it
-        may be under way."""
-        if self.sched.jobs.get(st.key) is not st:
-            return UNSETTLED
-        engine = self.sched.engine
-        if st.phase == "admitted":
-            w = engine.state.admitted.get(st.key) if engine is not None else None
-            return w.admission if w is not None and st.maybe_reserved else UNSETTLED
-        if st.phase == "evicting":
-            return self.evicting.get(st.key, UNSETTLED) if st.maybe_reserved else None
-        if st.phase in ("pending", "blocked"):
-            return UNSETTLED if st.maybe_reserved else None
-        return UNSETTLED  # finished, departed
-
-    def record_is_true(self, st: JobState, wl: dict) -> bool:
-        if W.is_true(wl, "Finished") and st.phase not in ("finished", "departed"):
-            return False  # a Finished Workload counts for nothing: only its Job's end says so
-        expected = self.reservation_of(st)
-        if expected is UNSETTLED:
-            return True
-        if expected is None:
-            return not W.shows_reservation(wl)
-        return W.with_admission(W.status_copy(wl), expected) is None
-
-    def set_back(self, st: JobState) -> None:
-        """The controller is the authority on reservations: a Workload showing one the engine did
-        not make (a tenant wrote `status.admission` or QuotaReserved), a reservation edited or
-        cleared, or Finished while its Job runs on (a record that counts nothing), is set back to
-        what the engine holds - judged when the write's turn comes, on the record as it is then."""
-        async def write():
-            expected = self.reservation_of(st)
-            if expected is UNSETTLED and st.phase in ("finished", "departed"):
-                return
-
-            def change(wl: dict) -> dict | None:
-                unfinished = W.without_condition(wl, "Finished") if st.phase != "finished" else None
-                wl = unfinished or wl
-                if expected is UNSETTLED:
-                    return unfinished
-                if expected is None:
-                    if not W.shows_reservation(wl):
-                        return unfinished
-                    pending = self.sched.engine.pending.get(st.key) if self.sched.engine is not None else None
-                    message = (pending.message if pending is not None and pending.message else d.PENDING_EVALUATION)
-                    reason = pending.reason if pending is not None and pending.message else "Pending"
-                    return W.unreserved(wl, reason, message)
-                return W.with_admission(wl, expected) or unfinished
-
-            if await self.workloads.update(st, change) is not None:
-                what = "pending" if expected is None else f"the reservation in ClusterQueue {expected.cluster_queue}"
-                self.events.event(st, "WorkloadStatusReverted", f"The Workload's reservation was not gpuqueue's: "
-                                  f"set back to {what}", "Warning")
-
-        self.writes.chain(st.key, write)
-
     # -- finished and deleted -----------------------------------------------------------------------------------
     def finish_workload(self, st: JobState, how: str, cluster_queue: str | None = None) -> None:
         """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
@@ -449,7 +334,6 @@ class WorkloadWrites:
         self.writes.chain(st.key, write)
 
 
-UNSETTLED = object()
 
 
 def _creation_tag(key: str) -> str:
