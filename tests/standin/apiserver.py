@@ -264,10 +264,6 @@ class ApiServer:
         start = loop.time()
         verb, resource, listed = "unknown", "unknown", 0
         try:
-            if self.aggregator is not None:
-                apiservice = self.aggregator.apiservice_for(request.path)
-                if apiservice is not None:
-                    return await self.aggregator.proxy(request, apiservice)
             route = _route(request.path, self.cluster.by_path)
             verb = verb_of(request.method, route.name is not None)
             resource = route.rt.group_resource + (f"/{route.subresource}" if route.subresource else "")
