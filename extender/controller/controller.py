@@ -29,6 +29,7 @@ from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
+from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.records import WorkloadRecords
@@ -44,7 +45,7 @@ from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_
 log = logging.getLogger("gpuqueue.controller")
 
 
-class Controller(RebuildFromApi):
+class Controller(RebuildFromApi, WorkloadEvents):
     def __init__(self, api: client.ApiClient, options: Options | None = None, metrics: Metrics | None = None,
                  identity: str = "gpuqueue") -> None:
         self.api = api
@@ -257,54 +258,6 @@ class Controller(RebuildFromApi):
         self._depart(st)
         self.mark_dirty()
 
-    def _on_workload(self, old: dict | None, wl: dict) -> None:
-        """A Workload's reservation changed: if it now shows one the engine did not make, or not
-        the one it made, set it back (workload_writes.set_back). Only a change of the reservation
-        is judged: the echo of an older write of ours, arriving after the engine moved on, changes
-        nothing of it."""
-        if not self.recovered:
-            return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
-        if st is not None and st.wl_name == wl["metadata"]["name"]:
-            self._follow_active(st, wl)
-        if st is None or _reservation_view(old) == _reservation_view(wl):
-            return
-        if st.wl_name != wl["metadata"]["name"]:
-            if W.shows_reservation(wl) and W.owner_uid(wl) == st.uid:
-                self.workload_writes.delete_extra(st, wl)  # one Workload per Job, gpuqueue's
-        elif not self.workload_writes.record_is_true(st, wl):
-            self.workload_writes.set_back(st)
-
-    def _follow_active(self, st: JobState, wl: dict) -> None:
-        """Kueue's spec.active, held against what the engine holds (so a missed or repeated event
-        changes nothing): false deactivates the workload - an admitted Job is evicted, a pending one
-        leaves its queue - true queues it again."""
-        engine = self.engine
-        active = W.is_active(wl)
-        if engine is None or st.phase in ("finished", "departed") or active != engine.is_inactive(st.key):
-            return
-        if active:
-            engine.reactivate(st.key)
-            self.workload_writes.reactivate(st)
-        else:
-            self.workload_writes.deactivate(st, engine.deactivate(st.key, time.time()))
-        self.mark_dirty()
-
-    def _on_workload_delete(self, wl: dict) -> None:
-        """Someone deleted the Workload of a live Job: as Kueue does, stop the Job and queue it
-        again with a new Workload - whatever its labels say now."""
-        if not self.recovered:
-            return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
-        if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
-            return
-        job = self.informers["jobs"].get(st.key)
-        self._forget(st)
-        if job is not None and job["metadata"]["uid"] == st.uid:
-            log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
-            self._on_job(job, held=True)
-        self.mark_dirty()
-
     # -- jobs and the engine --------------------------------------------------------------------------------
     def _track(self, job: dict, wl: dict | None = None) -> JobState:
         meta = job["metadata"]
@@ -425,9 +378,3 @@ def _open(workload: dict | None, job: dict) -> bool:
     if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
         return False
     return not W.is_true(workload, "Finished") or not W.job_finished(job)
-
-
-def _reservation_view(wl: dict | None) -> tuple:
-    status = (wl or {}).get("status") or {}
-    return (status.get("admission"), W.is_true(wl, "QuotaReserved"), W.is_true(wl, "Admitted"),
-            W.is_true(wl, "Finished"))
