@@ -249,3 +249,35 @@ async def test_a_transform_applies_to_listed_and_watched_objects_before_store_an
         assert obj["spec"]["podSets"] == [{"name": "main"}]
         assert obj["spec"]["queueName"] == "q"
     assert len(seen) == 2
+
+
+async def test_an_observed_write_is_seen_at_once_and_the_lagging_watch_does_not_take_it_back(api, co):
+    """Our own write's answer goes into the cache ahead of a watch that lags (Informer.observe);
+    when the watch brings that version, or an older one, nothing changes and no handler hears it
+    twice. The controller relies on it: the extender judges pods by this cache, and an eviction
+    it has not seen would let a restarted victim's pods in."""
+    await co.create_namespaced_custom_object(*KUEUE, "team-b", "workloads", workload("w"))
+    inf = Informer(co.list_cluster_custom_object, *KUEUE, "workloads", name="workloads")
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 3)
+        first = inf.get("team-b/w")
+        gate = asyncio.Event()
+        held = api.faults.add(r"/workloads$", watch=True, hold=gate, times=1)
+        api.drop_watches(R.WORKLOADS)  # the watch reconnects into the hold: it lags from here on
+        await eventually(lambda: held.hits == 1)
+        written = await co.replace_namespaced_custom_object(
+            *KUEUE, "team-b", "workloads", "w", {**first, "spec": {**first["spec"], "active": False}})
+        assert await inf.observe(written) is True
+        assert inf.get("team-b/w")["spec"]["active"] is False
+        assert await inf.observe(first) is False  # an older version is not taken
+        assert inf.get("team-b/w")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+        gate.set()
+        later = await co.replace_namespaced_custom_object(
+            *KUEUE, "team-b", "workloads", "w", {**written, "spec": {**written["spec"], "queueName": "q2"}})
+        await eventually(lambda: inf.get("team-b/w")["spec"]["queueName"] == "q2")
+    finally:
+        await inf.stop()
+    rv0, rv1, rv2 = (o["metadata"]["resourceVersion"] for o in (first, written, later))
+    assert [e for e in rec.log if e[0] == "update"] == [("update", "w", rv0, rv1), ("update", "w", rv1, rv2)]

@@ -327,22 +327,42 @@ class JobSteering:
     async def suspend(self, st: JobState) -> dict | None:
         return await self._update(st, self.adapter.suspend)
 
-    async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False) -> None:
-        """Until the Job is suspended (or gone) and its pods are gone - confirmed by a live list, not
-        only the pod cache: 1.24's job controller sets `status.active` to 0 as soon as it marks the
+    async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False,
+                           fenced: Callable[[], bool] = lambda: True) -> None:
+        """Until the Job is suspended (or gone) and its pods are gone - confirmed by live reads, not
+        only the caches: 1.24's job controller sets `status.active` to 0 as soon as it marks the
         pods for deletion, and a pod watch that lags may never have shown them to us; clearing the
         reservation then would hand out GPUs that terminating pods still hold.
+
+        `fenced()`: no new pod of the Job can get a node any more (the extender's cache, which is
+        ours, has seen the eviction). Only then does "no pod now" stay true: a pod created after
+        the live list is judged by that cache, while one created before is in the list. Without
+        the fence, an owner who starts the Job again at once gets pods placed by a cache that
+        still shows the admission, after the reservation was cleared.
 
         `held`: the pods hold a reservation, so they are waited for even once the Job is no longer
         tracked (deleted with its pods orphaned, they run on uncounted otherwise). Else the wait
         ends when the Job is forgotten, or when `done()` says so."""
         pause = 0.05
         while True:
-            await self._wait_until(st.uid, lambda: done() or self._stopped(st, held))
-            if done() or (not held and self.sched.jobs.get(st.key) is not st) or not await self._live_pods(st):
+            await self._wait_until(st.uid, lambda: done() or (self._stopped(st, held) and fenced()))
+            if done() or (not held and self.sched.jobs.get(st.key) is not st):
+                return
+            if await self._live_stopped(st) and not await self._live_pods(st):
                 return
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    async def _live_stopped(self, st: JobState) -> bool:
+        """The Job, read live, is suspended or gone: its controller makes no new pod. (A replica of
+        the extender whose cache lags more than ours would still place one of an unsuspended Job.)"""
+        try:
+            job = await self.kube.request("GET", K.JOBS.path(st.namespace, st.name))
+        except Exception as exc:
+            if is_status(exc, 404):
+                return True
+            raise
+        return job.get("metadata", {}).get("uid") != st.uid or self.adapter.suspended(job)
 
     async def _live_pods(self, st: JobState) -> int:
         listed = await self.kube.request("GET", K.PODS.path(st.namespace))

@@ -66,10 +66,18 @@ class WorkloadRecords:
 
     def get(self, st: JobState) -> dict | None:
         """The cached Workload; until the watch brings it, the one our create returned."""
-        cached = self.cache.get(f"{st.namespace}/{st.wl_name}")
+        cached = self.cached(st)
         if cached is None and st.wl_created is not None:
             return st.wl_created
         return cached
+
+    def cached(self, st: JobState) -> dict | None:
+        """The Workload as the watch last showed it (what the extender judges its pods by)."""
+        return self.cache.get(f"{st.namespace}/{st.wl_name}")
+
+    async def observe(self, wl: dict) -> None:
+        """Our own write's answer into the cache, ahead of the watch (Informer.observe)."""
+        await self.cache.observe(wl)
 
     def uid(self, st: JobState | None) -> str:
         if st is None:

@@ -306,6 +306,13 @@ def shows_reservation(wl: dict | None) -> bool:
         or is_true(wl, "Admitted")
 
 
+def lets_pods_in(wl: dict | None) -> bool:
+    """The extender lets this Workload's pods onto nodes (scheduler/enforce.py: ADMITTED): it holds
+    a reservation and is neither evicted nor finished."""
+    return (bool(((wl or {}).get("status") or {}).get("admission")) and is_true(wl, "QuotaReserved")
+            and not is_true(wl, "Evicted") and not is_true(wl, "Finished"))
+
+
 def with_admission(wl: dict, admission: Admission) -> dict | None:
     """The reservation as gpuqueue made it put back (a tenant edited or cleared it), leaving the
     other conditions (an eviction under way) as they are; None when it already is so."""

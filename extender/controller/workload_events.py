@@ -24,6 +24,7 @@ class WorkloadEvents:
             return
         st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
         if st is not None and st.wl_name == wl["metadata"]["name"]:
+            self.job_steering.poke(st.uid)  # an eviction waits for the cache to show it (wait_stopped)
             self._follow_active(st, wl)
         if st is None or _reservation_view(old) == _reservation_view(wl):
             return

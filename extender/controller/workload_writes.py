@@ -231,6 +231,9 @@ class WorkloadWrites(WorkloadRecordKeeping):
             message = await make_message()
             marked = await self.workloads.update(st, mark)
             if marked is not None:
+                # the extender (our cache) refuses the Workload's pods from now on, whatever the
+                # watch's lag: the reservation can be cleared once the pods are gone (wait_stopped)
+                await self.workloads.observe(marked)
                 self.events.event(st, "Stopped" if preempted_reason is None else "Preempted",
                                   event_message or message)
                 uid = self.workloads.uid(st)
@@ -273,7 +276,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         sooner - then restore the Job's own pod template (before any re-admission of this Job:
         that write waits in the same chain)."""
         await self.jobs.suspend(st)
-        await self.jobs.wait_stopped(st)
+        await self.jobs.wait_stopped(st, fenced=lambda: not W.lets_pods_in(self.workloads.cached(st)))
         queued = reason != d.DEACTIVATED
         await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message, queued))
         if rid is not None:

@@ -81,6 +81,26 @@ class Informer:
     def list(self) -> list[dict]:
         return list(self.store.values())
 
+    async def observe(self, obj: dict) -> bool:
+        """An object as a write of ours returned it: the store takes it when it is newer than what
+        the store holds, and handlers hear of it as of a watch event - so readers of the cache see
+        our own write at once, not when a watch that lags brings it (client-go's MutationCache
+        does the same). The watch's own copy of that version, or of an older one, arriving later
+        changes nothing then (`_apply`). Versions are compared as the integers etcd makes them; an
+        object whose version is not one is not taken. Returns whether it was taken."""
+        if self.transform is not None:
+            obj = self.transform(obj)
+        key = object_key(obj)
+        old = self.store.get(key)
+        if _rv_int(obj) is None or (old is not None and not _newer(obj, old)):
+            return False
+        self.store[key] = obj
+        if old is None:
+            await self._dispatch("add", obj)
+        else:
+            await self._dispatch("update", old, obj)
+        return True
+
     def start(self) -> asyncio.Task:
         self._task = asyncio.get_running_loop().create_task(self.run(), name=f"informer:{self.name}")
         return self._task
@@ -214,6 +234,9 @@ class Informer:
         key = object_key(obj)
         if type_ in ("ADDED", "MODIFIED"):
             old = self.store.get(key)
+            if old is not None and not _newer(obj, old):
+                self.resource_version = rv or self.resource_version
+                return  # a version we already hold (observed from our own write) or an older one
             self.store[key] = obj
             if old is None:
                 await self._dispatch("add", obj)
@@ -261,6 +284,18 @@ def _decode_event(line: bytes) -> tuple[str, dict]:
 
 def _rv(obj: dict) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _rv_int(obj: dict) -> int | None:
+    rv = _rv(obj)
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else None
+
+
+def _newer(obj: dict, than: dict) -> bool:
+    """`obj` is a later version than `than` - or they cannot be compared (then the watch is
+    believed, as before there was anything to compare)."""
+    a, b = _rv_int(obj), _rv_int(than)
+    return a is None or b is None or a > b
 
 
 def _describe(exc: BaseException) -> str:
