@@ -7,7 +7,8 @@ beyond its admitted count or requests, or over its cohort's quota.
 A history mixes what tenants do (submit, raise parallelism, drop the queue label, unsuspend by
 hand, raise the template's GPUs, create bare GPU pods, call the extender with forged bodies,
 finish and delete) with controller restarts between them. Seeds make histories reproducible:
-GPUQUEUE_POD_HISTORIES=N runs N more seeds (the long profile)."""
+GPUQUEUE_POD_HISTORIES=N runs N more seeds (the long profile), from GPUQUEUE_POD_HISTORIES_FROM
+(1000)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ TEAMS = {"team-a": ("group-a", 4), "team-b": ("group-b", 2), "team-c": ("group-c
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 CI_SEEDS = list(range(1, 5))
 LONG = int(os.environ.get("GPUQUEUE_POD_HISTORIES", "0"))
+LONG_FROM = int(os.environ.get("GPUQUEUE_POD_HISTORIES_FROM", "1000"))  # the first seed of the long profile
 
 
 def world() -> list[dict]:
@@ -169,7 +171,7 @@ async def run_history(seed: int, steps: int = 14) -> PodInvariant:
         return invariant
 
 
-@pytest.mark.parametrize("seed", CI_SEEDS + list(range(1000, 1000 + LONG)))
+@pytest.mark.parametrize("seed", CI_SEEDS + list(range(LONG_FROM, LONG_FROM + LONG)))
 async def test_no_gpu_runs_beyond_what_was_admitted(seed):
     invariant = await run_history(seed)
     assert invariant.checks > 0 and invariant.peak_running_gpus > 0, "the history ran no GPU pod at all"

@@ -37,6 +37,9 @@ log = logging.getLogger("gpuqueue.controller")
 # The Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
 # ownerReferences): the legacy label and the one Kubernetes 1.27 added.
 JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+# gpuqueue's own reason (Kueue keeps retrying the refused start): the Event's, and the Evicted
+# condition's while the quota is given back
+ADMISSION_REFUSED = "AdmissionRefused"
 
 
 class BatchJob:
@@ -262,9 +265,15 @@ class JobSteering:
                    f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")
 
         async def give_back():
+            # Its owner may have started it (that is why the API refuses): pods waiting for a node
+            # got one as soon as the reservation was in the extender's cache. As an eviction: the
+            # extender refuses them first, the quota is given back once they are gone.
+            await self.workloads.mark_evicted(st, ADMISSION_REFUSED, message)
+            await self.suspend(st)
+            await self.wait_stopped(st, fenced=lambda: self.workloads.refuses_pods(st))
             await self.workloads.update(st, lambda wl: W.unreserved(wl, "Pending", message))
             st.maybe_reserved = False
-            self.events.event(st, "AdmissionRefused", message, "Warning")
+            self.events.event(st, ADMISSION_REFUSED, message, "Warning")
 
         self.writes.chain(st.key, give_back, release=rid)
         delay = min(60.0, self.resubmit_backoff * (2 ** (st.refusals - 1)))

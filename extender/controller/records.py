@@ -75,9 +75,19 @@ class WorkloadRecords:
         """The Workload as the watch last showed it (what the extender judges its pods by)."""
         return self.cache.get(f"{st.namespace}/{st.wl_name}")
 
-    async def observe(self, wl: dict) -> None:
-        """Our own write's answer into the cache, ahead of the watch (Informer.observe)."""
-        await self.cache.observe(wl)
+    async def mark_evicted(self, st: JobState, reason: str, message: str,
+                           preempted_reason: str | None = None) -> dict | None:
+        """Evicted written, and in our cache at once - ahead of the watch (Informer.observe) - so
+        the extender, which judges pods by this cache, refuses the Workload's pods from now on.
+        None when there was nothing to mark."""
+        marked = await self.update(st, lambda wl: W.evicted(wl, reason, message, preempted_reason))
+        if marked is not None:
+            await self.cache.observe(marked)
+        return marked
+
+    def refuses_pods(self, st: JobState) -> bool:
+        """The cache (the extender's) no longer lets the Workload's pods onto nodes."""
+        return not W.lets_pods_in(self.cached(st))
 
     def uid(self, st: JobState | None) -> str:
         if st is None:

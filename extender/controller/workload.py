@@ -328,6 +328,22 @@ def with_admission(wl: dict, admission: Admission) -> dict | None:
     return wl
 
 
+def evicted(wl: dict, reason: str, message: str, preempted_reason: str | None = None) -> dict | None:
+    """Evicted true (and Preempted, for a preemption) on a Workload holding a reservation; None when
+    it holds none or already is so. From then on the extender refuses its pods (lets_pods_in)."""
+    status = wl.setdefault("status", {})
+    if not status.get("admission"):
+        return None
+    now, gen = now_rfc3339(), wl["metadata"].get("generation")
+    conds = set_condition(status.get("conditions") or [], "Evicted", "True", reason, message, now, gen)
+    if preempted_reason is not None:
+        conds = set_condition(conds, "Preempted", "True", preempted_reason, message, now, gen)
+    if is_true(wl, "Evicted") and conds == status.get("conditions"):
+        return None
+    status["conditions"] = conds
+    return wl
+
+
 def unreserved(wl: dict, reason: str, message: str) -> dict:
     status = wl.setdefault("status", {})
     now, gen = now_rfc3339(), wl["metadata"].get("generation")

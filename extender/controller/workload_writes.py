@@ -204,19 +204,6 @@ class WorkloadWrites(WorkloadRecordKeeping):
         rid = self.writes.release(cluster_queue)
         message = ""
 
-        def mark(wl: dict) -> dict | None:
-            status = wl.setdefault("status", {})
-            if not status.get("admission"):
-                return None
-            now, gen = W.now_rfc3339(), wl["metadata"].get("generation")
-            conds = W.set_condition(status.get("conditions") or [], "Evicted", "True", reason, message, now, gen)
-            if preempted_reason is not None:
-                conds = W.set_condition(conds, "Preempted", "True", preempted_reason, message, now, gen)
-            if W.is_true(wl, "Evicted") and conds == status.get("conditions"):
-                return None
-            status["conditions"] = conds
-            return wl
-
         first_try = True
 
         async def write():
@@ -229,11 +216,8 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 self._evicted(st)
                 return
             message = await make_message()
-            marked = await self.workloads.update(st, mark)
+            marked = await self.workloads.mark_evicted(st, reason, message, preempted_reason)
             if marked is not None:
-                # the extender (our cache) refuses the Workload's pods from now on, whatever the
-                # watch's lag: the reservation can be cleared once the pods are gone (wait_stopped)
-                await self.workloads.observe(marked)
                 self.events.event(st, "Stopped" if preempted_reason is None else "Preempted",
                                   event_message or message)
                 uid = self.workloads.uid(st)
@@ -276,7 +260,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         sooner - then restore the Job's own pod template (before any re-admission of this Job:
         that write waits in the same chain)."""
         await self.jobs.suspend(st)
-        await self.jobs.wait_stopped(st, fenced=lambda: not W.lets_pods_in(self.workloads.cached(st)))
+        await self.jobs.wait_stopped(st, fenced=lambda: self.workloads.refuses_pods(st))
         queued = reason != d.DEACTIVATED
         await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message, queued))
         if rid is not None:
