@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from kubernetes_asyncio import client
-
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.jobframework import registry
 from gpuqueue.jobframework.integration import dotted, set_path
@@ -23,9 +21,7 @@ from gpuqueue.jobframework.registry import IntegrationsConfig
 from gpuqueue.webhook.app import WebhookSettings
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES
 from tests.admission_support import AdmissionChain, admission_review
-from tests.standin import ApiServer
-from tests.standin import resources as R
-from tests.test_jobframework_kinds import Objects
+from tests.test_jobframework_kinds import Objects, objects  # noqa: F401 (objects: the stand-in fixture)
 from tests.webhook_support import make_cert_dir, running_webhook
 from tests.workload_kinds import SUSPENDABLE, Sample
 
@@ -44,15 +40,6 @@ def cert_dir(tmp_path_factory):
 async def chain(cert_dir):
     async with running_webhook(cert_dir, QUEUES, settings=WebhookSettings(integrations=EVERY_KIND)) as hook:
         yield AdmissionChain(hook)
-
-
-@pytest.fixture
-async def objects():
-    async with ApiServer() as api:
-        api.cluster.create(R.NAMESPACES, None, {"metadata": {"name": "team-a"}})
-        async with client.ApiClient(api.client_configuration()) as ac:
-            yield Objects(client.CustomObjectsApi(ac), api)
-        assert not api.internal_errors
 
 
 def kueue_path(verb: str, obj: dict) -> str:
@@ -107,6 +94,14 @@ async def created(objects: Objects, sample: Sample, obj: dict) -> dict:
     for rel in sample.related:
         await objects.create(copy.deepcopy(rel))
     return await objects.create(obj)
+
+
+async def waiting_and_running(objects: Objects, sample: Sample) -> tuple[dict, dict]:
+    """The sample as stored (suspended, waiting), and as the controller runs it."""
+    stored = await created(objects, sample, sample.fresh())
+    running = copy.deepcopy(stored)
+    set_path(running, registry.integration_for(stored).suspend_path, False)
+    return stored, running
 
 
 kinds = pytest.mark.parametrize("sample", SUSPENDABLE, ids=lambda s: s.kind)
@@ -184,10 +179,8 @@ async def test_a_raycluster_its_rayjob_made_is_queued_through_the_rayjob(chain):
 
 @kinds
 async def test_only_the_controller_unsuspends(chain, objects, sample):
-    stored = await created(objects, sample, sample.fresh())
+    stored, running = await waiting_and_running(objects, sample)
     integ = registry.integration_for(stored)
-    running = copy.deepcopy(stored)
-    set_path(running, integ.suspend_path, False)
     out = await chain.admit(review("UPDATE", running, stored))
     assert not out.allowed
     assert out.message.startswith(f"{dotted(integ.suspend_path)}: Forbidden: only the gpuqueue controller ({CONTROLLER}) "
@@ -229,10 +222,7 @@ async def test_claiming_a_queued_owner_to_leave_the_queue_is_refused(chain, obje
 
 @kinds
 async def test_queue_label_is_immutable_while_admitted(chain, objects, sample):
-    stored = await created(objects, sample, sample.fresh())
-    integ = registry.integration_for(stored)
-    running = copy.deepcopy(stored)
-    set_path(running, integ.suspend_path, False)
+    _, running = await waiting_and_running(objects, sample)
     out = await chain.admit(review("UPDATE", relabelled(running, "gpu-queue"), running, user="alice"))
     assert not out.allowed
     assert out.message == (f"metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: 'gpu-queue': field is immutable while "

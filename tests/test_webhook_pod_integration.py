@@ -27,6 +27,7 @@ from tests.admission_support import AdmissionChain, admission_review, pod, pod_c
 from tests.standin import ApiServer
 from tests.standin import resources as R
 from tests.test_jobframework_kinds import Objects
+from tests.test_webhook_kinds import cert_dir  # noqa: F401 (fixture)
 from tests.webhook_support import make_cert_dir, running_webhook
 from tests.workload_kinds import DEPLOYMENT, LWS, STATEFULSET
 
@@ -38,11 +39,6 @@ WITH_PODS = IntegrationsConfig(("batch/job", "pod", "deployment", "statefulset",
 QUEUES = StaticQueueView(local_queues={("team-a", "gpu-queue")})
 QUEUED = {QUEUE_NAME_LABEL: "gpu-queue"}
 BOTH = f"both the '{COUNT}' annotation and the '{GROUP}' label should be set"
-
-
-@pytest.fixture(scope="module")
-def cert_dir(tmp_path_factory):
-    return make_cert_dir(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

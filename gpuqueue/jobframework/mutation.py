@@ -32,7 +32,7 @@ from gpuqueue.jobframework.kinds.batchjob import BatchJob
 from gpuqueue.jobframework.kinds.pods import SUSPENDING_PARENT, PodTemplateOwner, gated
 from gpuqueue.jobframework.managed import (DEFAULT_LOCAL_QUEUE, ManagedJobsConfig, QueueView, job_queue_name,
                                            namespace_is_managed, queued_owner)
-from gpuqueue.jobframework.patch import escape_json_pointer, json_patch  # noqa: F401 (escape: old import path)
+from gpuqueue.jobframework.patch import json_patch
 
 BATCH_JOB = BatchJob()
 
