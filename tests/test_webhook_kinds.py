@@ -254,3 +254,57 @@ async def test_replica_counts_of_a_waiting_object_may_change_but_not_with_an_uns
     set_path(running, integ.suspend_path, False)
     out = await chain.admit(review("UPDATE", running, stored))
     assert not out.allowed and out.message.startswith(f"{dotted(integ.suspend_path)}: Forbidden")
+
+
+# -- what Kueue refuses in a managed object of a kind ----------------------------------------------------
+
+RAY = {s.kind: s for s in SUSPENDABLE if s.kind in ("RayJob", "RayCluster")}
+
+
+def cluster_spec(obj: dict) -> dict:
+    return obj["spec"].get("rayClusterSpec") or obj["spec"]
+
+
+@pytest.mark.parametrize("kind", ["RayJob", "RayCluster"])
+@pytest.mark.parametrize("edit, message", [
+    (lambda o: cluster_spec(o).update(enableInTreeAutoscaling=True),
+     "{root}.enableInTreeAutoscaling: Invalid value: true: a kueue managed job should not use autoscaling"),
+    (lambda o: cluster_spec(o)["workerGroupSpecs"][0].update(groupName="head"),
+     '{root}.workerGroupSpecs[0].groupName: Forbidden: "head" is reserved for the head group'),
+    (lambda o: cluster_spec(o).update(workerGroupSpecs=[dict(cluster_spec(o)["workerGroupSpecs"][0], groupName=f"g{i}")
+                                                        for i in range(8)]),
+     "{root}.workerGroupSpecs: Too many: 8: must have at most 7 items"),
+], ids=["autoscaling", "head-group", "eight-groups"])
+async def test_a_ray_autoscaler_or_worker_groups_kueue_cannot_admit_are_refused(chain, kind, edit, message):
+    obj = RAY[kind].fresh()
+    edit(obj)
+    out = await chain.admit(review("CREATE", obj))
+    assert not out.allowed
+    root = "spec.rayClusterSpec" if kind == "RayJob" else "spec"
+    assert out.message == message.format(root=root)
+
+
+async def test_a_rayjob_must_delete_its_cluster_when_it_finishes(chain):
+    obj = RAY["RayJob"].fresh()
+    obj["spec"]["shutdownAfterJobFinishes"] = False
+    out = await chain.admit(review("CREATE", obj))
+    assert not out.allowed
+    assert out.message == ("spec.shutdownAfterJobFinishes: Invalid value: false: a kueue managed job should delete the "
+                           "cluster after finishing")
+
+
+async def test_a_rayjob_on_an_existing_cluster_is_not_queued_and_cannot_be_turned_into_one(chain, objects):
+    obj = RAY["RayJob"].fresh()
+    del obj["spec"]["rayClusterSpec"]
+    obj["spec"].update(clusterSelector={"ray.io/cluster": "shared"}, suspend=False)
+    out = await chain.admit(review("CREATE", obj))
+    assert out.allowed and out.object == obj  # the cluster it runs on is queued, not this RayJob
+    both = RAY["RayJob"].fresh()
+    both["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
+    out = await chain.admit(review("CREATE", both))
+    assert not out.allowed and out.message.startswith(
+        'spec.clusterSelector: Invalid value: {"ray.io/cluster": "shared"}: a kueue managed job should not use an '
+        "existing cluster")
+    stored = await created(objects, RAY["RayJob"], RAY["RayJob"].fresh())
+    out = await chain.admit(review("UPDATE", obj, stored))
+    assert not out.allowed and out.message.startswith("spec: Forbidden: a RayJob managed by gpuqueue may not be changed")

@@ -9,6 +9,8 @@ ValidateJobOnCreate/ValidateJobOnUpdate, through the kind's integration):
 - nobody but the controller takes a managed object out of gpuqueue's hands (unlike Kueue): the
   queue-name label removed, or a controller of a queued kind added (its owner would be queued
   instead) - else the next update could unsuspend what is no longer managed;
+- what Kueue refuses in a managed object of some kinds (kind_validation: a Ray autoscaler, a kept
+  cluster);
 - the queue-name label is immutable while the object is not held (admitted, running), and must
   name a LocalQueue (a DNS subdomain) when set or changed, as in Kueue.
 
@@ -28,6 +30,7 @@ from gpuqueue.jobframework.kinds.pods import MANAGED_LABEL, SCHEDULING_GATE
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, is_managed, job_queue_name, queued_owner
 from gpuqueue.jobframework.mutation import BATCH_JOB
 from gpuqueue.webhook.fielderrors import aggregate
+from gpuqueue.webhook.kind_validation import kind_errors
 from gpuqueue.webhook.kueue_validation import dns_subdomain
 
 # The controller runs in the extender's Deployment, as its ServiceAccount.
@@ -43,6 +46,8 @@ def _hold(integration: Integration) -> tuple[str, str]:
 
 def _managed(obj: Mapping[str, Any], integration: Integration, namespace: str, queues: QueueView,
              config: ManagedJobsConfig, frameworks: Collection[str], stored: bool = False) -> bool:
+    if integration.queued_elsewhere(obj) is not None:
+        return False
     if stored and integration.hold == GATE:  # a pod the pod webhook gated says so, whatever made it managed
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if isinstance(labels, Mapping) and labels.get(MANAGED_LABEL) == "true":
@@ -91,6 +96,10 @@ def validate_job(
     was_managed = old is not None and _managed(old, integration, namespace, queues, config, frameworks, stored=True)
     managed = _managed(job, integration, namespace, queues, config, frameworks)
     if was_managed and not managed and not privileged:
+        elsewhere = integration.queued_elsewhere(job)
+        if elsewhere is not None:
+            return (f"spec: Forbidden: a {kind} managed by gpuqueue may not be changed so that {elsewhere}; user "
+                    f"{username!r} may not take it out of its queue")
         owner = queued_owner(job, frameworks)
         if owner is not None and queued_owner(old, frameworks) is None:
             return (f"metadata.ownerReferences: Forbidden: a {kind} managed by gpuqueue may not be given a controller of "
@@ -98,6 +107,11 @@ def validate_job(
         return (f"metadata.labels[{QUEUE_NAME_LABEL}]: Forbidden: the queue-name label may not be removed from a {kind} "
                 f"managed by gpuqueue; user {username!r} may not take it out of its queue (set another LocalQueue to "
                 f"move it, or delete the {kind})")
+
+    if managed:
+        errs = kind_errors(kind, job)
+        if errs:
+            return aggregate(errs)
 
     # Either side managed: dropping the queue label and unsuspending in one update is no way round.
     unsuspends = not held_now and (old is None or held_before)

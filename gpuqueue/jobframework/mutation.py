@@ -104,6 +104,9 @@ def mutate_job(
     new_labels: dict[str, str] = {}
     queue = job_queue_name(job)
     owner = queued_owner(job, frameworks)
+    elsewhere = integration.queued_elsewhere(job)
+    if elsewhere is not None:
+        return MutationResult(False, None, [], dict(job), f"unmanaged: {elsewhere}")
     if integration.hold == GATE and suspended_by_parent(job):
         reason = f"queued through its parent ({SUSPENDING_PARENT})"
     elif owner is not None:
