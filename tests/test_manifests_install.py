@@ -310,7 +310,8 @@ def test_webhook_settings():
              "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "/mutate-ray-io-v1-rayjob", "/validate-ray-io-v1-rayjob",
              "/mutate-ray-io-v1-raycluster", "/validate-ray-io-v1-raycluster",
              "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "/mutate-apps-v1-deployment",
-             "/mutate-apps-v1-statefulset"}  # Kueue's paths for each kind
+             "/mutate-apps-v1-statefulset", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+             "/validate-apps-v1-deployment", "/validate-apps-v1-statefulset"}  # Kueue's paths for each kind
     assert paths == kinds | {"/validate-kueue", "/mutate--v1-pod", "/validate--v1-pod", "/validate--v1-binding",
                              "/validate-kueue-x-k8s-io-v1beta2-workload"}
     for path in paths:

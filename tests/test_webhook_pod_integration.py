@@ -285,3 +285,60 @@ async def test_the_webhook_process_reads_the_servers_version(tmp_path, monkeypat
     assert any(op["path"] == "/spec/schedulingGates" for op in ops) is gated
     assert ("warnings" in answer) is (not gated)
     assert ("pod integration only supported in Kubernetes 1.27 or newer" in caplog.text) is (not gated)
+
+
+# -- parents: Kueue's update rules --------------------------------------------------------------------------
+
+def parent_update(new: dict, old: dict) -> dict:
+    review = parent_create(new)
+    review["request"].update(operation="UPDATE", oldObject=old)
+    return review
+
+
+async def marked(chain, sample) -> dict:
+    out = await chain.admit(parent_create(sample.fresh()))
+    assert out.allowed, out.message
+    return out.object
+
+
+async def test_a_statefulset_keeps_its_size_but_for_zero_and_back(chain):
+    stored = await marked(chain, STATEFULSET)
+    bigger = copy.deepcopy(stored)
+    bigger["spec"]["replicas"] = 5  # its pod group counts 2 (the template's total count)
+    out = await chain.admit(parent_update(bigger, stored))
+    assert not out.allowed and out.message == "spec.replicas: Invalid value: 5: field is immutable"
+    zero = copy.deepcopy(stored)
+    zero["spec"]["replicas"] = 0
+    assert (await chain.admit(parent_update(zero, stored))).allowed
+    back = copy.deepcopy(zero)
+    back["spec"]["replicas"] = 2
+    back["status"] = {"replicas": 1}  # a pod still going away
+    out = await chain.admit(parent_update(back, dict(zero, status={"replicas": 1})))
+    assert not out.allowed and out.message == "spec.replicas: Forbidden: scaling down is still in progress"
+
+
+async def test_a_statefulsets_queue_and_group_are_immutable(chain):
+    stored = await marked(chain, STATEFULSET)
+    moved = copy.deepcopy(stored)
+    moved["metadata"]["labels"][QUEUE_NAME_LABEL] = "gpu-queue"
+    moved["spec"]["template"]["metadata"]["labels"][QUEUE_NAME_LABEL] = "gpu-queue"
+    out = await chain.admit(parent_update(moved, stored))
+    assert not out.allowed
+    assert out.message == (f'[metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "gpu-queue": field is immutable, '
+                           f'spec.template.metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "gpu-queue": field is '
+                           "immutable]")
+
+
+async def test_a_deployments_queue_is_fixed_once_its_pods_run(chain):
+    stored = await marked(chain, DEPLOYMENT)
+    moved = copy.deepcopy(stored)
+    moved["metadata"]["labels"][QUEUE_NAME_LABEL] = "gpu-queue"
+    assert (await chain.admit(parent_update(moved, stored))).allowed  # nothing runs yet
+    running = dict(stored, status={"readyReplicas": 1})
+    out = await chain.admit(parent_update(dict(moved, status={"readyReplicas": 1}), running))
+    assert not out.allowed
+    assert out.message == f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "gpu-queue": field is immutable'
+    dropped = copy.deepcopy(stored)
+    del dropped["metadata"]["labels"][QUEUE_NAME_LABEL]
+    out = await chain.admit(parent_update(dropped, stored))  # sent: the old one has the label
+    assert not out.allowed and out.message == f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "": field is immutable'

@@ -33,6 +33,7 @@ from gpuqueue.webhook import pod_admission, review
 from gpuqueue.webhook.cluster import NoPods, PodLookup
 from gpuqueue.webhook.fielderrors import aggregate
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES, validate_job
+from gpuqueue.webhook.kind_validation import parent_update_errors
 from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
 from gpuqueue.webhook.pod_admission import DEFAULT_SCHEDULER_USERNAMES, PodContext, PodQueueing, PodVerdict
 from gpuqueue.webhook.workload_validation import validate_workload
@@ -56,10 +57,12 @@ def kind_path(verb: str, integration: Integration) -> str:
 
 
 # The kinds served at their own paths (pods are served at the pod paths above, with enforcement).
-# Deployments, StatefulSets and LeaderWorkerSets are only mutated (their pod templates marked):
-# what holds them is their pods' gate, validated with the pods.
+# Deployments, StatefulSets and LeaderWorkerSets have their pod templates marked on CREATE and their
+# updates checked as Kueue does (kind_validation.parent_update_errors); what holds them is their
+# pods' gate, validated with the pods.
 QUEUED_KINDS = tuple(i for i in INTEGRATIONS if i.hold != GATE or isinstance(i, PodTemplateOwner))
 VALIDATED_KINDS = tuple(i for i in INTEGRATIONS if i.hold != GATE)
+PARENT_KINDS = tuple(i for i in INTEGRATIONS if isinstance(i, PodTemplateOwner))
 MUTATE_JOB_PATH = kind_path("mutate", INTEGRATIONS[0])
 VALIDATE_JOB_PATH = kind_path("validate", INTEGRATIONS[0])
 
@@ -147,6 +150,15 @@ class AdmissionHandlers:
                               self.queues, self.settings.config, self.settings.controller_usernames,
                               integration, self.frameworks)
         return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
+
+    def validate_parent(self, req: review.AdmissionRequest, integration: Integration) -> bytes:
+        if req.operation != "UPDATE" or not _is_kind(req, integration) or not self.serves(integration):
+            return review.allow(req.uid)
+        if not isinstance(req.object, dict) or not isinstance(req.oldObject, dict):
+            return review.bad_request(req.uid, f"object, oldObject: Required value: an UPDATE review carries the "
+                                               f"{integration.kind} before and after")
+        errors = parent_update_errors(integration.kind, req.object, req.oldObject)
+        return review.allow(req.uid) if not errors else review.deny(req.uid, aggregate(errors))
 
     def _pod_context(self, req: review.AdmissionRequest) -> PodContext:
         s = self.settings
@@ -271,6 +283,9 @@ class AdmissionHandlers:
         for integration in VALIDATED_KINDS:
             app.router.add_post(kind_path("validate", integration),
                                 self._endpoint(lambda req, i=integration: self.validate_job(req, i)))
+        for integration in PARENT_KINDS:
+            app.router.add_post(kind_path("validate", integration),
+                                self._endpoint(lambda req, i=integration: self.validate_parent(req, i)))
         app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
         app.router.add_post(MUTATE_POD_PATH, self._endpoint(self.mutate_pod))
         app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))
