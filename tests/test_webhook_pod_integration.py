@@ -342,3 +342,15 @@ async def test_a_deployments_queue_is_fixed_once_its_pods_run(chain):
     del dropped["metadata"]["labels"][QUEUE_NAME_LABEL]
     out = await chain.admit(parent_update(dropped, stored))  # sent: the old one has the label
     assert not out.allowed and out.message == f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "": field is immutable'
+
+
+async def test_a_template_that_is_not_an_object_is_named_not_crashed_on(chain):
+    deployment = DEPLOYMENT.fresh()
+    deployment["spec"]["template"] = "infer"
+    out = await chain.admit(parent_create(deployment))
+    assert not out.allowed and out.message == "cannot queue this Deployment: spec.template: must be an object"
+    stored = await gated_pod(chain, labels=QUEUED)
+    broken = dict(stored, spec="x")  # straight to the webhook: no API server would decode it
+    answer = await chain.hook.review("/validate--v1-pod", pod_update(broken, stored))
+    assert answer["allowed"] is False and answer["status"]["code"] == 400
+    assert answer["status"]["message"].startswith("cannot check this pod: object.spec")

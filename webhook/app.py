@@ -193,7 +193,13 @@ class AdmissionHandlers:
         if not req.namespace or not isinstance(req.object, dict) or not isinstance(req.oldObject, dict):
             return review.bad_request(req.uid, "request.namespace, object, oldObject: Required value: a pod update "
                                                "names its namespace and carries the pod before and after")
-        denial = pod_admission.pod_queueing_denial(req.object, req.oldObject, self._pod_context(req), "UPDATE")
+        ctx = self._pod_context(req)
+        try:
+            for side in (req.object, req.oldObject):
+                pod_admission.pod_facts(side, ctx)  # shaped like a pod, or ValueError naming the field
+        except ValueError as exc:
+            return review.bad_request(req.uid, f"cannot check this pod: {exc}")
+        denial = pod_admission.pod_queueing_denial(req.object, req.oldObject, ctx, "UPDATE")
         return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
 
     async def validate_binding(self, req: review.AdmissionRequest) -> bytes:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from gpuqueue.jobframework.integration import GATE, Integration
+from gpuqueue.jobframework.integration import GATE, Integration, dotted, get_path
 from gpuqueue.jobframework.kinds.batchjob import BatchJob
 from gpuqueue.jobframework.kinds.pods import SUSPENDING_PARENT, PodTemplateOwner, gated
 from gpuqueue.jobframework.managed import (DEFAULT_LOCAL_QUEUE, ManagedJobsConfig, QueueView, job_queue_name,
@@ -50,11 +50,30 @@ class MutationResult:
         return bool(self.patch)
 
 
+def _check_templates(integration: PodTemplateOwner, obj: Mapping[str, Any]) -> None:
+    """The pod templates ``marked`` writes into are objects, and so are their labels and annotations."""
+    for path in integration.template_paths:
+        template = get_path(obj, path, required=False)
+        if template is None:
+            continue
+        where = dotted(path)
+        if not isinstance(template, Mapping):
+            raise ValueError(f"{where}: must be an object")
+        meta = template.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"{where}.metadata: must be an object")
+        for field in ("labels", "annotations"):
+            if (meta or {}).get(field) is not None and not isinstance(meta[field], Mapping):
+                raise ValueError(f"{where}.metadata.{field}: must be an object")
+
+
 def held(integration: Integration, obj: dict[str, Any], queue: str | None) -> dict | None:
-    """``obj`` held until admitted, as its integration holds it (None: it already is)."""
+    """``obj`` held until admitted, as its integration holds it (None: it already is). Raises
+    ValueError naming the field when ``obj`` is not shaped so that it can be held."""
     if integration.hold != GATE:
         return integration.suspend(obj)
     if isinstance(integration, PodTemplateOwner):
+        _check_templates(integration, obj)
         return integration.marked(obj, queue)
     return gated(obj)
 
