@@ -254,6 +254,11 @@ async def test_replica_counts_of_a_waiting_object_may_change_but_not_with_an_uns
     set_path(running, integ.suspend_path, False)
     out = await chain.admit(review("UPDATE", running, stored))
     assert not out.allowed and out.message.startswith(f"{dotted(integ.suspend_path)}: Forbidden")
+    # on a running object, as on a running Job, a new count is the controller's to answer (evicted and
+    # requeued with the new pod sets); meanwhile the extender admits no pod past its pod set's count
+    admitted = copy.deepcopy(stored)
+    set_path(admitted, integ.suspend_path, False)
+    assert (await chain.admit(review("UPDATE", scaled(admitted), admitted))).allowed
 
 
 # -- what Kueue refuses in a managed object of a kind ----------------------------------------------------
