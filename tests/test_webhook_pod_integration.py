@@ -354,3 +354,30 @@ async def test_a_template_that_is_not_an_object_is_named_not_crashed_on(chain):
     answer = await chain.hook.review("/validate--v1-pod", pod_update(broken, stored))
     assert answer["allowed"] is False and answer["status"]["code"] == 400
     assert answer["status"]["message"].startswith("cannot check this pod: object.spec")
+
+
+async def test_a_role_hash_its_author_wrote_is_replaced_and_a_queued_pods_role_and_group_are_fixed(chain):
+    """Else a pod asking 8 GPUs could claim the role (the pod set) of its group's 1-GPU pods."""
+    small = await gated_pod(chain, labels={**QUEUED, GROUP: "ddp"}, annotations={COUNT: "2"}, gpus=1)
+    big = await chain.admit(pod_create(pod(labels={**QUEUED, GROUP: "ddp"}, gpus=8,
+                                           annotations={COUNT: "2", ROLE: small["metadata"]["annotations"][ROLE]})))
+    assert big.allowed and big.object["metadata"]["annotations"][ROLE] == role_hash(big.object["spec"])
+    assert big.object["metadata"]["annotations"][ROLE] != small["metadata"]["annotations"][ROLE]
+    claimed = copy.deepcopy(big.object)
+    claimed["metadata"]["annotations"][ROLE] = small["metadata"]["annotations"][ROLE]
+    out = await chain.admit(pod_update(claimed, big.object))
+    assert not out.allowed and out.message.startswith(
+        f"metadata.annotations[{ROLE}]: Forbidden: only the gpuqueue controller may change the role")
+    single = await gated_pod(chain, labels=QUEUED)
+    joined = copy.deepcopy(single)
+    joined["metadata"]["labels"][GROUP] = "ddp"
+    joined["metadata"]["annotations"] = {COUNT: "2"}
+    out = await chain.admit(pod_update(joined, single))
+    assert not out.allowed and out.message == f'metadata.labels[{GROUP}]: Invalid value: "ddp": field is immutable'
+
+
+async def test_a_queued_pod_created_without_its_gate_is_refused(chain):
+    """Another mutating webhook after gpuqueue's removed it: the validating step sees the pod as stored."""
+    answer = await chain.hook.review("/validate--v1-pod", pod_create(pod(labels={**QUEUED, MANAGED: "true"})))
+    assert answer["allowed"] is False
+    assert answer["status"]["message"].startswith("spec.schedulingGates: Forbidden: only the gpuqueue controller")

@@ -45,9 +45,11 @@ from gpuqueue import access
 from gpuqueue.api.core import Pod
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.jobframework.enforcement import EnforcementConfig, requested_resources
-from gpuqueue.jobframework.kinds.pods import GROUP_NAME_LABEL, GROUP_TOTAL_COUNT, MANAGED_LABEL, Pod as PodIntegration
+from gpuqueue.jobframework.kinds.pods import (GROUP_NAME_LABEL, GROUP_TOTAL_COUNT, MANAGED_LABEL, ROLE_HASH,
+                                              Pod as PodIntegration)
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, job_queue_name
 from gpuqueue.jobframework.mutation import mutate_job, suspended_by_parent
+from gpuqueue.jobframework.patch import json_patch
 from gpuqueue.webhook.fielderrors import FieldError, aggregate, forbidden, invalid, required
 from gpuqueue.webhook.job_validation import validate_job
 from gpuqueue.webhook.kueue_validation import dns_subdomain
@@ -202,8 +204,23 @@ def queue_pod(facts: PodFacts, ctx: PodContext) -> PodVerdict:
             f"{QUEUE_NAME_LABEL}: this pod is not queued: the pod integration needs scheduling gates, which this "
             f"cluster ({q.server or 'older than 1.27'}) does not have (Kubernetes 1.27 or newer); if it requests a "
             f"resource gpuqueue enforces it stays Pending, refused a node by gpuqueue's extender",))
-    result = mutate_job(facts.pod, q.queues, q.config, ctx.namespace, POD, q.frameworks)
-    return PodVerdict(patch=tuple(result.patch))
+    result = mutate_job(_without_role(facts.pod), q.queues, q.config, ctx.namespace, POD, q.frameworks)
+    if not result.managed:
+        return ALLOW
+    # The patch is against the pod as sent: a role hash its author wrote is replaced by the computed one.
+    return PodVerdict(patch=tuple(json_patch(facts.pod, result.job)))
+
+
+def _without_role(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pod joining a group is counted in the pod set of its role: the role hash is computed from
+    its spec, never taken from its author (Kueue keeps one that is there)."""
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    labels = (pod.get("metadata") or {}).get("labels")
+    if not isinstance(annotations, Mapping) or ROLE_HASH not in annotations or not isinstance(labels, Mapping) \
+            or not labels.get(GROUP_NAME_LABEL):
+        return pod
+    rest = {k: v for k, v in annotations.items() if k != ROLE_HASH}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": rest}}
 
 
 _GO_INT = re.compile(r"[+-]?[0-9]+")
@@ -244,14 +261,22 @@ def pod_queueing_denial(pod: Mapping[str, Any], old: Mapping[str, Any] | None, c
     errs = pod_group_errors(pod)
     if old is not None:
         before, after = (((p.get("metadata") or {}).get("labels") or {}) for p in (old, pod))
-        if before.get(GROUP_NAME_LABEL) and after.get(GROUP_NAME_LABEL) != before[GROUP_NAME_LABEL]:
+        queued = before.get(MANAGED_LABEL) == "true"
+        # Kueue: immutable once set; gpuqueue: a queued pod may not join a group either (its
+        # Workload is its own).
+        if (before.get(GROUP_NAME_LABEL) or queued) and after.get(GROUP_NAME_LABEL) != before.get(GROUP_NAME_LABEL):
             errs.insert(0, invalid(f"metadata.labels[{GROUP_NAME_LABEL}]", after.get(GROUP_NAME_LABEL) or "",
                                    "field is immutable"))
-        # The label is what sends the pod's updates here (the webhook configuration's objectSelector).
-        if before.get(MANAGED_LABEL) == "true" and after.get(MANAGED_LABEL) != "true" \
-                and ctx.username not in q.controller_usernames:
-            errs.insert(0, forbidden(f"metadata.labels[{MANAGED_LABEL}]", f"only the gpuqueue controller may remove it "
-                                     f"from a pod queued by gpuqueue; user {ctx.username!r} may not"))
+        if queued and ctx.username not in q.controller_usernames:
+            # The label is what sends the pod's updates here (the webhook configuration's objectSelector),
+            # and the role hash which pod set of its group the pod is counted in.
+            if after.get(MANAGED_LABEL) != "true":
+                errs.insert(0, forbidden(f"metadata.labels[{MANAGED_LABEL}]", f"only the gpuqueue controller may "
+                                         f"remove it from a pod queued by gpuqueue; user {ctx.username!r} may not"))
+            roles = [((p.get("metadata") or {}).get("annotations") or {}).get(ROLE_HASH) for p in (old, pod)]
+            if roles[0] != roles[1]:
+                errs.insert(0, forbidden(f"metadata.annotations[{ROLE_HASH}]", f"only the gpuqueue controller may "
+                                         f"change the role of a pod queued by gpuqueue; user {ctx.username!r} may not"))
     if errs:
         return aggregate(errs)
     return validate_job(operation, pod, old, ctx.username, ctx.namespace, q.queues, q.config, q.controller_usernames,
