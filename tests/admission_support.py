@@ -161,6 +161,13 @@ def matching_hooks(configuration_kind: str, operation: str, group: str, version:
     return hits
 
 
+def _order(configuration_kind: str):
+    """Webhooks are called in the order of their configuration."""
+    names = [h["name"] for doc in yaml.safe_load_all(CONFIGURATIONS.read_text()) if doc["kind"] == configuration_kind
+             for h in doc["webhooks"]]
+    return lambda hook: names.index(hook["name"])
+
+
 @dataclass
 class Outcome:
     allowed: bool
@@ -176,17 +183,22 @@ class AdmissionChain:
     def __init__(self, hook: Webhook) -> None:
         self.hook = hook
 
-    async def admit(self, review: dict) -> Outcome:
+    async def admit(self, review: dict, namespace_labels: Mapping[str, str] | None = None) -> Outcome:
+        """``namespace_labels``: the namespace's labels besides its name's."""
         req = review["request"]
         resource = req["resource"]["resource"] + (f"/{req['subResource']}" if req.get("subResource") else "")
         group, version = req["resource"]["group"], req["resource"]["version"]
         ns = req.get("namespace")
-        ns_labels = {"kubernetes.io/metadata.name": ns} if ns else None
+        ns_labels = {"kubernetes.io/metadata.name": ns, **(namespace_labels or {})} if ns else None
         obj = copy.deepcopy(req["object"])
-        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
         outcome = Outcome(True, obj)
         for kind in (MUTATING, VALIDATING):
-            for hook in matching_hooks(kind, req["operation"], group, version, resource, ns_labels, labels):
+            # The objectSelector is matched against the new and the old object (either will do).
+            sides = [((o or {}).get("metadata") or {}).get("labels") or {} for o in (outcome.object, req.get("oldObject"))
+                     if o is not None]
+            hooks = {h["name"]: h for labels in sides
+                     for h in matching_hooks(kind, req["operation"], group, version, resource, ns_labels, labels)}
+            for hook in sorted(hooks.values(), key=_order(kind)):
                 path = hook["clientConfig"]["service"]["path"]
                 sent = copy.deepcopy(review)
                 sent["request"]["object"] = outcome.object

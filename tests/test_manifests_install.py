@@ -303,8 +303,17 @@ def test_webhook_settings():
         paths.add(svc["path"])
         (names,) = [e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"]
         assert names["operator"] == "NotIn" and names["values"][:2] == ["kube-system", NS]
-    assert paths == {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/validate-kueue", "/mutate--v1-pod",
-                     "/validate--v1-pod", "/validate--v1-binding", "/validate-kueue-x-k8s-io-v1beta2-workload"}
+    kinds = {"/mutate-batch-v1-job", "/validate-batch-v1-job", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+             "/validate-jobset-x-k8s-io-v1alpha2-jobset", "/mutate-kubeflow-org-v1-pytorchjob",
+             "/validate-kubeflow-org-v1-pytorchjob", "/mutate-kubeflow-org-v2beta1-mpijob",
+             "/validate-kubeflow-org-v2beta1-mpijob", "/mutate-trainer-kubeflow-org-v1alpha1-trainjob",
+             "/validate-trainer-kubeflow-org-v1alpha1-trainjob", "/mutate-ray-io-v1-rayjob", "/validate-ray-io-v1-rayjob",
+             "/mutate-ray-io-v1-raycluster", "/validate-ray-io-v1-raycluster",
+             "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", "/mutate-apps-v1-deployment",
+             "/mutate-apps-v1-statefulset", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+             "/validate-apps-v1-deployment", "/validate-apps-v1-statefulset"}  # Kueue's paths for each kind
+    assert paths == kinds | {"/validate-kueue", "/mutate--v1-pod", "/validate--v1-pod", "/validate--v1-binding",
+                             "/validate-kueue-x-k8s-io-v1beta2-workload"}
     for path in paths:
         assert path in {r.resource.canonical for r in webhook_routes()}, f"{path}: the webhook does not serve it"
 

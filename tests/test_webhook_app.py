@@ -145,6 +145,21 @@ async def test_dropping_the_queue_label_to_unsuspend_is_denied(hook):
     assert (await hook.review(VALIDATE_JOB, doc))["allowed"] is False
 
 
+async def test_dropping_the_queue_label_of_a_waiting_job_is_denied_so_it_cannot_be_unsuspended_next(hook):
+    """Else the next update (no label on either side) would not even reach the webhook."""
+    doc = load_review("validating-review-request.job-update.unsuspend-via-kubectl-patch.json")
+    req = doc["request"]
+    req["object"]["spec"]["suspend"] = True
+    del req["object"]["metadata"]["labels"][QUEUE_NAME_LABEL]
+    resp = await hook.review(VALIDATE_JOB, doc)
+    assert resp["allowed"] is False
+    assert resp["status"]["message"].startswith(
+        "metadata.labels[kueue.x-k8s.io/queue-name]: Forbidden: the queue-name label may not be removed from a Job "
+        "managed by gpuqueue; user 'admin' may not take it out of its queue")
+    req["userInfo"]["username"] = DEFAULT_CONTROLLER_USERNAMES[0]
+    assert (await hook.review(VALIDATE_JOB, doc))["allowed"] is True
+
+
 async def test_queue_label_immutable_while_admitted(hook):
     doc = load_review("validating-review-request.job-update.unsuspend-via-kubectl-patch.json")
     req = doc["request"]

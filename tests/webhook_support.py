@@ -163,6 +163,8 @@ def api_calls(requests: list[tuple[str, str]]) -> set[tuple[str, str, str, str |
     for method, path_qs in requests:
         url = urlsplit(path_qs)
         parts = [p for p in url.path.split("/") if p]
+        if parts[0] not in ("api", "apis"):
+            continue  # a non-resource URL (/version): every user may read it (system:public-info-viewer)
         if parts[0] == "api":
             group, rest = "", parts[2:]
         else:

@@ -141,7 +141,7 @@ RAYCLUSTER = Sample(
 RAYJOB = Sample(
     "RayJob", ("rayjobs.ray.io",),
     {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _meta("tune"),
-     "spec": {"suspend": True, "entrypoint": "python tune.py",
+     "spec": {"suspend": True, "entrypoint": "python tune.py", "shutdownAfterJobFinishes": True,
               "rayClusterSpec": {"headGroupSpec": copy.deepcopy(_RAY_HEAD), "workerGroupSpecs": copy.deepcopy(_RAY_WORKERS)},
               "submitterPodTemplate": pod_template(cpu="500m")}},
     {"head": (1, {"cpu": 2000}), "gpu-group": (4, {GPU: 4}), "submitter": (1, {"cpu": 500})},

@@ -4,7 +4,11 @@ Every handler answers HTTP 200 with an AdmissionReview echoing the request's uid
 whatever the body; only a body over the size limit gets HTTP 413 (it is not read,
 so there is no uid to echo). The decisions themselves are the pure functions of
 ``gpuqueue.jobframework.mutation``, ``job_validation``, ``kueue_validation``,
-``pod_admission`` and ``workload_validation``; the one I/O a decision makes is reading the
+``pod_admission`` and ``workload_validation``. Every integration's kind is served at Kueue's
+paths (controller-runtime's ``/mutate-<group with dashes>-<version>-<kind>``, ``/validate-...``;
+``kind_path``), by the same decisions through its integration; a kind whose integration is not
+enabled (``integrations.frameworks``) is let through untouched, as Kueue's webhooks for disabled
+integrations do; the one I/O a decision makes is reading the
 pod of a binding that no scheduler makes (``PodLookup``).
 """
 
@@ -19,23 +23,25 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from gpuqueue.jobframework.enforcement import EnforcementConfig
+from gpuqueue.jobframework.integration import GATE, Integration
+from gpuqueue.jobframework.kinds.pods import PodTemplateOwner
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
+from gpuqueue.jobframework.registry import INTEGRATIONS, IntegrationsConfig
 from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
 from gpuqueue.webhook import pod_admission, review
 from gpuqueue.webhook.cluster import NoPods, PodLookup
 from gpuqueue.webhook.fielderrors import aggregate
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES, validate_job
+from gpuqueue.webhook.kind_validation import parent_update_errors
 from gpuqueue.webhook.kueue_validation import KINDS, CohortView, NoCohorts, validate_kueue_object
-from gpuqueue.webhook.pod_admission import DEFAULT_SCHEDULER_USERNAMES, PodContext, PodVerdict
+from gpuqueue.webhook.pod_admission import DEFAULT_SCHEDULER_USERNAMES, PodContext, PodQueueing, PodVerdict
 from gpuqueue.webhook.workload_validation import validate_workload
 
 log = logging.getLogger("gpuqueue.webhook")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # the API server caps objects near 3 MiB; a review holds two
 KUEUE_GROUP = "kueue.x-k8s.io"
-MUTATE_JOB_PATH = "/mutate-batch-v1-job"
-VALIDATE_JOB_PATH = "/validate-batch-v1-job"
 VALIDATE_KUEUE_PATH = "/validate-kueue"
 # Kueue's paths for its pod and Workload webhooks (controller-runtime's /mutate-<group>-<version>-<kind>,
 # the core group being empty); the binding one follows the same pattern.
@@ -45,6 +51,22 @@ VALIDATE_BINDING_PATH = "/validate--v1-binding"
 VALIDATE_WORKLOAD_PATH = "/validate-kueue-x-k8s-io-v1beta2-workload"
 
 
+def kind_path(verb: str, integration: Integration) -> str:
+    """Kueue's webhook path for a kind: controller-runtime's /<verb>-<group>-<version>-<kind>."""
+    return f"/{verb}-{integration.group.replace('.', '-')}-{integration.version}-{integration.kind.lower()}"
+
+
+# The kinds served at their own paths (pods are served at the pod paths above, with enforcement).
+# Deployments, StatefulSets and LeaderWorkerSets have their pod templates marked on CREATE and their
+# updates checked as Kueue does (kind_validation.parent_update_errors); what holds them is their
+# pods' gate, validated with the pods.
+QUEUED_KINDS = tuple(i for i in INTEGRATIONS if i.hold != GATE or isinstance(i, PodTemplateOwner))
+VALIDATED_KINDS = tuple(i for i in INTEGRATIONS if i.hold != GATE)
+PARENT_KINDS = tuple(i for i in INTEGRATIONS if isinstance(i, PodTemplateOwner))
+MUTATE_JOB_PATH = kind_path("mutate", INTEGRATIONS[0])
+VALIDATE_JOB_PATH = kind_path("validate", INTEGRATIONS[0])
+
+
 @dataclass
 class WebhookSettings:
     config: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
@@ -52,14 +74,18 @@ class WebhookSettings:
     controller_usernames: tuple[str, ...] = DEFAULT_CONTROLLER_USERNAMES
     scheduler_usernames: tuple[str, ...] = DEFAULT_SCHEDULER_USERNAMES
     max_body: int = DEFAULT_MAX_BODY
+    integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
+    # Whether the API server keeps scheduling gates (1.27+): the pod integration needs them.
+    scheduling_gates: bool = True
+    server_version: str = ""  # as /version reports it, for messages
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
 
 
-def _is_job(req: review.AdmissionRequest) -> bool:
-    return req.kind.group == "batch" and req.kind.kind == "Job"
+def _is_kind(req: review.AdmissionRequest, integration: Integration) -> bool:
+    return req.kind.group == integration.group and req.kind.kind == integration.kind
 
 
 def _is_core(req: review.AdmissionRequest, kind: str) -> bool:
@@ -93,27 +119,52 @@ class AdmissionHandlers:
         self.pods = pods
 
     # -- the decisions, on a parsed request ------------------------------------
-    def mutate(self, req: review.AdmissionRequest) -> bytes:
-        if req.operation != "CREATE" or not _is_job(req):
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        return self.settings.integrations.frameworks
+
+    def serves(self, integration: Integration) -> bool:
+        """Whether ``integration`` is on: enabled, and for the kinds held by their pods' gate, the
+        pod integration too (which needs scheduling gates: Kubernetes 1.27)."""
+        if not self.settings.integrations.enabled(integration):
+            return False
+        return integration.hold != GATE or self.settings.scheduling_gates
+
+    def mutate(self, req: review.AdmissionRequest, integration: Integration = INTEGRATIONS[0]) -> bytes:
+        if req.operation != "CREATE" or not _is_kind(req, integration) or not self.serves(integration):
             return review.allow(req.uid)
         try:
-            result = mutate_job(req.object, self.queues, self.settings.config, namespace=req.namespace or None)
+            result = mutate_job(req.object, self.queues, self.settings.config, namespace=req.namespace or None,
+                                integration=integration, frameworks=self.frameworks)
         except ValueError as exc:
-            return review.bad_request(req.uid, f"cannot queue this Job: {exc}")
+            return review.bad_request(req.uid, f"cannot queue this {integration.kind}: {exc}")
         return review.allow(req.uid, result.patch)
 
-    def validate_job(self, req: review.AdmissionRequest) -> bytes:
-        if req.operation not in ("CREATE", "UPDATE") or not _is_job(req):
+    def validate_job(self, req: review.AdmissionRequest, integration: Integration = INTEGRATIONS[0]) -> bytes:
+        if req.operation not in ("CREATE", "UPDATE") or not _is_kind(req, integration) or not self.serves(integration):
             return review.allow(req.uid)
         namespace = req.namespace
         if not namespace:
-            return review.bad_request(req.uid, "request.namespace: Required value: a Job is namespaced")
+            return review.bad_request(req.uid, f"request.namespace: Required value: a {integration.kind} is namespaced")
         denial = validate_job(req.operation, req.object, req.oldObject, req.userInfo.username, namespace,
-                              self.queues, self.settings.config, self.settings.controller_usernames)
+                              self.queues, self.settings.config, self.settings.controller_usernames,
+                              integration, self.frameworks)
         return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
 
+    def validate_parent(self, req: review.AdmissionRequest, integration: Integration) -> bytes:
+        if req.operation != "UPDATE" or not _is_kind(req, integration) or not self.serves(integration):
+            return review.allow(req.uid)
+        if not isinstance(req.object, dict) or not isinstance(req.oldObject, dict):
+            return review.bad_request(req.uid, f"object, oldObject: Required value: an UPDATE review carries the "
+                                               f"{integration.kind} before and after")
+        errors = parent_update_errors(integration.kind, req.object, req.oldObject)
+        return review.allow(req.uid) if not errors else review.deny(req.uid, aggregate(errors))
+
     def _pod_context(self, req: review.AdmissionRequest) -> PodContext:
-        return PodContext(req.namespace, req.userInfo.username, self.settings.enforcement, self.covered())
+        s = self.settings
+        queueing = PodQueueing(self.queues, s.config, self.frameworks, s.controller_usernames, s.scheduling_gates,
+                               s.server_version)
+        return PodContext(req.namespace, req.userInfo.username, s.enforcement, self.covered(), queueing)
 
     def _pod_review(self, req: review.AdmissionRequest, decide) -> bytes:
         if req.operation != "CREATE":
@@ -131,7 +182,25 @@ class AdmissionHandlers:
         return self._pod_review(req, pod_admission.mutate_pod)
 
     def validate_pod(self, req: review.AdmissionRequest) -> bytes:
+        if req.operation == "UPDATE":
+            return self.validate_pod_update(req)
         return self._pod_review(req, pod_admission.validate_pod)
+
+    def validate_pod_update(self, req: review.AdmissionRequest) -> bytes:
+        """The pod integration's checks of an update (enforcement checks only creations)."""
+        if not _is_core(req, "Pod"):
+            return _not_here(req, "Pod of the core group")
+        if not req.namespace or not isinstance(req.object, dict) or not isinstance(req.oldObject, dict):
+            return review.bad_request(req.uid, "request.namespace, object, oldObject: Required value: a pod update "
+                                               "names its namespace and carries the pod before and after")
+        ctx = self._pod_context(req)
+        try:
+            for side in (req.object, req.oldObject):
+                pod_admission.pod_facts(side, ctx)  # shaped like a pod, or ValueError naming the field
+        except ValueError as exc:
+            return review.bad_request(req.uid, f"cannot check this pod: {exc}")
+        denial = pod_admission.pod_queueing_denial(req.object, req.oldObject, ctx, "UPDATE")
+        return review.allow(req.uid) if denial is None else review.deny(req.uid, denial)
 
     async def validate_binding(self, req: review.AdmissionRequest) -> bytes:
         if req.operation != "CREATE":
@@ -214,8 +283,15 @@ class AdmissionHandlers:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body)
-        app.router.add_post(MUTATE_JOB_PATH, self._endpoint(self.mutate))
-        app.router.add_post(VALIDATE_JOB_PATH, self._endpoint(self.validate_job))
+        for integration in QUEUED_KINDS:
+            app.router.add_post(kind_path("mutate", integration),
+                                self._endpoint(lambda req, i=integration: self.mutate(req, i)))
+        for integration in VALIDATED_KINDS:
+            app.router.add_post(kind_path("validate", integration),
+                                self._endpoint(lambda req, i=integration: self.validate_job(req, i)))
+        for integration in PARENT_KINDS:
+            app.router.add_post(kind_path("validate", integration),
+                                self._endpoint(lambda req, i=integration: self.validate_parent(req, i)))
         app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
         app.router.add_post(MUTATE_POD_PATH, self._endpoint(self.mutate_pod))
         app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))

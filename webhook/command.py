@@ -12,6 +12,7 @@ import yaml
 
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig
+from gpuqueue.jobframework.registry import IntegrationsConfig
 from gpuqueue.listener import ConnectionLimits
 from gpuqueue.webhook.app import DEFAULT_MAX_BODY, WebhookSettings
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES
@@ -52,18 +53,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def load_settings(args: argparse.Namespace) -> WebhookSettings:
-    config, enforcement = ManagedJobsConfig(), EnforcementConfig()
+    config, enforcement, integrations = ManagedJobsConfig(), EnforcementConfig(), IntegrationsConfig()
     if args.config is not None:
         try:
             doc = yaml.safe_load(args.config.read_text())
             config = ManagedJobsConfig.from_kueue_configuration(doc)
             enforcement = EnforcementConfig.from_kueue_configuration(doc)
+            integrations = IntegrationsConfig.from_kueue_configuration(doc)
         except (OSError, yaml.YAMLError, ValueError) as exc:
             raise SystemExit(f"gpuqueue webhook: --config {args.config}: {exc}")
-    return WebhookSettings(config=config, enforcement=enforcement,
+    return WebhookSettings(config=config, enforcement=enforcement, integrations=integrations,
                            controller_usernames=tuple(args.controller_username or DEFAULT_CONTROLLER_USERNAMES),
                            scheduler_usernames=tuple(args.scheduler_username or DEFAULT_SCHEDULER_USERNAMES),
                            max_body=args.max_body_bytes)
+
+
+def with_gates(settings: WebhookSettings, version) -> WebhookSettings:
+    """The pod integration needs scheduling gates (Kubernetes 1.27): below, it is off, as Kueue
+    refuses it; an unreadable version counts as new enough (a gate the server drops only leaves
+    the pod to the extender, which refuses it a node until it is admitted)."""
+    from dataclasses import replace
+
+    from gpuqueue.webhook.cluster import minor_of
+    from gpuqueue.webhook.pod_admission import GATES_MINOR
+
+    minor = minor_of(version) if version else None
+    shown = (version or {}).get("gitVersion") or ""
+    if minor is not None and minor < GATES_MINOR:
+        log.warning("pod integration only supported in Kubernetes 1.27 or newer (this API server is %s): pods are not "
+                    "gated; a pod that needs an admission stays Pending, refused a node by the extender", shown)
+        return replace(settings, scheduling_gates=False, server_version=shown)
+    return replace(settings, server_version=shown)
 
 
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
@@ -98,7 +118,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 
     from gpuqueue.kube.config import ClusterConfigError, load_config
     from gpuqueue.webhook.app import AdmissionHandlers, settle_heap, start_server
-    from gpuqueue.webhook.cluster import ApiPods, NoPods, WatchedQueueView, watch_cluster
+    from gpuqueue.webhook.cluster import ApiPods, NoPods, WatchedQueueView, server_version, watch_cluster
 
     settings = load_settings(args)
     limits = connection_limits(args)
@@ -119,6 +139,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         tasks.append(asyncio.create_task(watch_cluster(view, configuration)))
         api = client.ApiClient(configuration)
         ready, covered, pods = view.ready, view.covered_resources, ApiPods(api)
+        if settings.integrations.enabled("pod"):
+            settings = with_gates(settings, await server_version(api))
     handlers = AdmissionHandlers(settings, view, view, ready, covered, pods)
     server = await start_server(handlers.app(), args.host, args.port, tls.context, limits)
     settle_heap()

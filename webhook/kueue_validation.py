@@ -63,7 +63,7 @@ Errors = list[FieldError]
 
 # -- small checks ----------------------------------------------------------------
 
-def _dns_subdomain(value: Any, path: str, errs: Errors) -> None:
+def dns_subdomain(value: Any, path: str, errs: Errors) -> None:
     if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
         errs.append(invalid(path, value, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
                             "characters, '-' or '.', and must start and end with an alphanumeric character"))
@@ -180,7 +180,7 @@ def _resource_groups(spec: Mapping[str, Any], has_parent: bool, is_cohort: bool,
             if fname is None:
                 errs.append(required(f"{fpath}.name"))
             else:
-                _dns_subdomain(fname, f"{fpath}.name", errs)
+                dns_subdomain(fname, f"{fpath}.name", errs)
                 if isinstance(fname, str):
                     if fname in seen_flavors:
                         errs.append(duplicate(f"{fpath}.name", fname))
@@ -253,7 +253,7 @@ def validate_cluster_queue(obj: Mapping[str, Any], errs: Errors) -> None:
     cohort = spec.get("cohortName", spec.get("cohort"))  # v1beta1 called it spec.cohort
     cohort_field = "spec.cohortName" if "cohortName" in spec else "spec.cohort"
     if cohort not in (None, ""):
-        _dns_subdomain(cohort, cohort_field, errs)
+        dns_subdomain(cohort, cohort_field, errs)
     _resource_groups(spec, bool(cohort), False, _version(obj), errs)
     if "namespaceSelector" in spec:
         _selector(spec["namespaceSelector"], "spec.namespaceSelector", errs)
@@ -288,7 +288,7 @@ def validate_cohort(obj: Mapping[str, Any], cohorts: CohortView, errs: Errors) -
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     name = meta.get("name") if isinstance(meta.get("name"), str) else None
     if parent not in (None, ""):
-        _dns_subdomain(parent, parent_field, errs)
+        dns_subdomain(parent, parent_field, errs)
         _cohort_cycle(name, parent, cohorts, parent_field, errs)
     _resource_groups(spec, bool(parent), True, _version(obj), errs)
     _fair_sharing(spec, "spec", errs)
@@ -300,7 +300,7 @@ def validate_local_queue(obj: Mapping[str, Any], old: Mapping[str, Any] | None, 
     if cq in (None, ""):
         errs.append(required("spec.clusterQueue"))
     else:
-        _dns_subdomain(cq, "spec.clusterQueue", errs)
+        dns_subdomain(cq, "spec.clusterQueue", errs)
     _enum(spec.get("stopPolicy"), STOP_POLICIES, "spec.stopPolicy", errs)
     if isinstance(old, Mapping):
         old_spec = old.get("spec") if isinstance(old.get("spec"), Mapping) else {}

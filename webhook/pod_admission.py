@@ -19,21 +19,40 @@ pods a kubelet creates for its static pods (they run whatever the API says; refu
 only hide them from the extender's accounting).
 
 Pure functions over the pod as the API server sent it. The mutation is a list of steps
-(``POD_MUTATIONS``) whose verdicts are combined: Kueue's plain-pod integration (queue label,
-scheduling gate), served on the same path, is to be another step.
+(``POD_MUTATIONS``) whose verdicts are combined. Kueue's pod integration, served on the same
+paths, is one of them when "pod" is enabled (``PodQueueing``): a pod with the queue label (or the
+namespace's default LocalQueue, or manageJobsWithoutQueueName), or marked by its Deployment,
+StatefulSet or LeaderWorkerSet (``kueue.x-k8s.io/pod-suspending-parent``), is gated with
+``kueue.x-k8s.io/admission``, labelled managed, given Kueue's finalizer and, in a pod group, its
+role hash (``queue_pod``); the validation checks the pod-group metadata with Kueue's messages and,
+on UPDATE, that nobody but the controller removes the gate (``pod_queueing_denial``). Scheduling
+gates need Kubernetes 1.27: on an older server the pod integration is off, as in Kueue, and a pod
+that asks to be queued gets a warning saying so (the extender still refuses a GPU pod a node
+until it is part of an admitted workload).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpuqueue import access
 from gpuqueue.api.core import Pod
+from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.jobframework.enforcement import EnforcementConfig, requested_resources
+from gpuqueue.jobframework.kinds.pods import (GROUP_NAME_LABEL, GROUP_TOTAL_COUNT, MANAGED_LABEL, ROLE_HASH,
+                                              Pod as PodIntegration)
+from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, job_queue_name
+from gpuqueue.jobframework.mutation import mutate_job, suspended_by_parent
+from gpuqueue.jobframework.patch import json_patch
+from gpuqueue.webhook.fielderrors import FieldError, aggregate, forbidden, invalid, required
+from gpuqueue.webhook.job_validation import validate_job
+from gpuqueue.webhook.kueue_validation import dns_subdomain
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 # The schedulers that may bind pods needing an admission: kube-scheduler (the cluster's own, or
@@ -51,6 +70,30 @@ class PodVerdict:
 ALLOW = PodVerdict()
 
 
+POD = PodIntegration()
+# Kueue refuses its pod integration below this release: the API server drops scheduling gates.
+GATES_MINOR = 27
+
+
+@dataclass(frozen=True)
+class PodQueueing:
+    """Kueue's pod integration: what it decides with, and whether it is on."""
+    queues: QueueView
+    config: ManagedJobsConfig
+    frameworks: tuple[str, ...]  # the enabled integrations (integrations.frameworks)
+    controller_usernames: tuple[str, ...]
+    gates: bool = True  # the API server keeps spec.schedulingGates (1.27+)
+    server: str = ""  # its version, for the warning when it does not
+
+    @property
+    def enabled(self) -> bool:
+        return "pod" in self.frameworks
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.gates
+
+
 @dataclass(frozen=True)
 class PodContext:
     """Where the request comes from and what the policy is."""
@@ -58,6 +101,7 @@ class PodContext:
     username: str
     enforcement: EnforcementConfig
     covered: frozenset[str] | None  # resources some ClusterQueue covers; None: unknown
+    queueing: PodQueueing | None = None  # None: no pod integration
 
 
 @dataclass(frozen=True)
@@ -67,6 +111,7 @@ class PodFacts:
     scheduler_name: str | None
     enforced: frozenset[str]  # the requested resources that make it need an admission
     mirror: bool
+    pod: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as sent
 
 
 def pod_facts(pod: Any, ctx: PodContext) -> PodFacts:
@@ -84,7 +129,8 @@ def pod_facts(pod: Any, ctx: PodContext) -> PodFacts:
         node_name=node if isinstance(node, str) and node else None,
         scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else None,
         enforced=ctx.enforcement.enforced_requests(ctx.namespace, requested_resources(model.spec), ctx.covered),
-        mirror=MIRROR_POD_ANNOTATION in model.metadata.annotations and ctx.username.startswith("system:node:"))
+        mirror=MIRROR_POD_ANNOTATION in model.metadata.annotations and ctx.username.startswith("system:node:"),
+        pod=pod)
 
 
 def _requesting(facts: PodFacts, ctx: PodContext) -> str:
@@ -142,9 +188,112 @@ def check_steered(facts: PodFacts, ctx: PodContext) -> PodVerdict:
     return ALLOW
 
 
+def _asks_to_be_queued(pod: Mapping[str, Any]) -> bool:
+    return job_queue_name(pod) is not None or suspended_by_parent(pod)
+
+
+def queue_pod(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    """The mutating step of the pod integration (Kueue's pod webhook Default)."""
+    q = ctx.queueing
+    if q is None or not q.enabled or facts.mirror:
+        return ALLOW
+    if not q.gates:
+        if not _asks_to_be_queued(facts.pod):
+            return ALLOW
+        return PodVerdict(warnings=(
+            f"{QUEUE_NAME_LABEL}: this pod is not queued: the pod integration needs scheduling gates, which this "
+            f"cluster ({q.server or 'older than 1.27'}) does not have (Kubernetes 1.27 or newer); if it requests a "
+            f"resource gpuqueue enforces it stays Pending, refused a node by gpuqueue's extender",))
+    result = mutate_job(_without_role(facts.pod), q.queues, q.config, ctx.namespace, POD, q.frameworks)
+    if not result.managed:
+        return ALLOW
+    # The patch is against the pod as sent: a role hash its author wrote is replaced by the computed one.
+    return PodVerdict(patch=tuple(json_patch(facts.pod, result.job)))
+
+
+def _without_role(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pod joining a group is counted in the pod set of its role: the role hash is computed from
+    its spec, never taken from its author (Kueue keeps one that is there)."""
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    labels = (pod.get("metadata") or {}).get("labels")
+    if not isinstance(annotations, Mapping) or ROLE_HASH not in annotations or not isinstance(labels, Mapping) \
+            or not labels.get(GROUP_NAME_LABEL):
+        return pod
+    rest = {k: v for k, v in annotations.items() if k != ROLE_HASH}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": rest}}
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def pod_group_errors(pod: Mapping[str, Any]) -> list[FieldError]:
+    """Kueue's checks of a pod's managed label and pod-group metadata, with its messages."""
+    meta = pod.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    errs: list[FieldError] = []
+    if MANAGED_LABEL in labels and labels[MANAGED_LABEL] != "true":
+        errs.append(forbidden(f"metadata.labels[{MANAGED_LABEL}]", "managed label value can only be 'true'"))
+    label_path, count_path = f"metadata.labels[{GROUP_NAME_LABEL}]", f"metadata.annotations[{GROUP_TOTAL_COUNT}]"
+    both = f"both the '{GROUP_TOTAL_COUNT}' annotation and the '{GROUP_NAME_LABEL}' label should be set"
+    group, count = labels.get(GROUP_NAME_LABEL) or "", annotations.get(GROUP_TOTAL_COUNT)
+    if not group:
+        if count is not None:
+            errs.append(required(label_path, both))
+        return errs
+    dns_subdomain(group, label_path, errs)
+    if count is None:
+        errs.append(required(count_path, both))
+    elif not isinstance(count, str) or not _GO_INT.fullmatch(count):
+        errs.append(invalid(count_path, count, f"strconv.Atoi: parsing {json.dumps(count)}: invalid syntax"))
+    elif int(count) < 1:
+        errs.append(invalid(count_path, count, f"incorrect annotation value '{GROUP_TOTAL_COUNT}={count}': group total "
+                                               "count should be greater than zero"))
+    return errs
+
+
+def pod_queueing_denial(pod: Mapping[str, Any], old: Mapping[str, Any] | None, ctx: PodContext,
+                        operation: str) -> str | None:
+    """The pod integration's validation (Kueue's pod webhook ValidateCreate/ValidateUpdate), and
+    who may lift the gate (job_validation, as for every kind)."""
+    q = ctx.queueing
+    if q is None or not q.active:
+        return None
+    errs = pod_group_errors(pod)
+    if old is not None:
+        before, after = (((p.get("metadata") or {}).get("labels") or {}) for p in (old, pod))
+        queued = before.get(MANAGED_LABEL) == "true"
+        # Kueue: immutable once set; gpuqueue: a queued pod may not join a group either (its
+        # Workload is its own).
+        if (before.get(GROUP_NAME_LABEL) or queued) and after.get(GROUP_NAME_LABEL) != before.get(GROUP_NAME_LABEL):
+            errs.insert(0, invalid(f"metadata.labels[{GROUP_NAME_LABEL}]", after.get(GROUP_NAME_LABEL) or "",
+                                   "field is immutable"))
+        if queued and ctx.username not in q.controller_usernames:
+            # The label is what sends the pod's updates here (the webhook configuration's objectSelector),
+            # and the role hash which pod set of its group the pod is counted in.
+            if after.get(MANAGED_LABEL) != "true":
+                errs.insert(0, forbidden(f"metadata.labels[{MANAGED_LABEL}]", f"only the gpuqueue controller may "
+                                         f"remove it from a pod queued by gpuqueue; user {ctx.username!r} may not"))
+            roles = [((p.get("metadata") or {}).get("annotations") or {}).get(ROLE_HASH) for p in (old, pod)]
+            if roles[0] != roles[1]:
+                errs.insert(0, forbidden(f"metadata.annotations[{ROLE_HASH}]", f"only the gpuqueue controller may "
+                                         f"change the role of a pod queued by gpuqueue; user {ctx.username!r} may not"))
+    if errs:
+        return aggregate(errs)
+    return validate_job(operation, pod, old, ctx.username, ctx.namespace, q.queues, q.config, q.controller_usernames,
+                        POD, q.frameworks)
+
+
+def check_queueing(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    """The validating step on CREATE."""
+    if facts.mirror:
+        return ALLOW
+    denial = pod_queueing_denial(facts.pod, None, ctx, "CREATE")
+    return ALLOW if denial is None else PodVerdict(denial=denial)
+
+
 PodStep = Callable[[PodFacts, PodContext], PodVerdict]
-POD_MUTATIONS: tuple[PodStep, ...] = (steer_to_extender,)
-POD_VALIDATIONS: tuple[PodStep, ...] = (check_steered,)
+POD_MUTATIONS: tuple[PodStep, ...] = (steer_to_extender, queue_pod)
+POD_VALIDATIONS: tuple[PodStep, ...] = (check_steered, check_queueing)
 
 
 def combine(verdicts: list[PodVerdict]) -> PodVerdict:

@@ -147,6 +147,10 @@ class Integration:
         meta = obj.get("metadata") or {}
         return workload_name(self.kind, self.group, meta.get("name") or "", meta.get("uid") or "")
 
+    def queued_elsewhere(self, obj: Mapping[str, Any]) -> str | None:
+        """Why an object of this kind is not queued on its own, though it asks to be (None: it is)."""
+        return None
+
     # -- what to admit --------------------------------------------------------------------------
     def pod_sets(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> list[PodSet]:
         raise NotImplementedError

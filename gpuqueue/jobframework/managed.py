@@ -15,11 +15,12 @@ all decide with these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.jobframework.registry import BY_GVK
 from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_matches
 
 DEFAULT_LOCAL_QUEUE = "default"
@@ -114,8 +115,32 @@ def namespace_is_managed(namespace: str, queues: QueueView, config: ManagedJobsC
     return selector_matches(config.managed_jobs_namespace_selector, labels)
 
 
-def is_managed(job: Mapping[str, Any], namespace: str, queues: QueueView, config: ManagedJobsConfig) -> bool:
-    """Whether a Job (as stored, after mutation) is one gpuqueue queues."""
+def queued_owner(obj: Mapping[str, Any], frameworks: Collection[str]) -> str | None:
+    """The controller of ``obj`` when it is of an enabled integration's kind ("JobSet train"), which
+    is queued instead of ``obj`` (Kueue's IsOwnerManagedByKueue). A pod's ReplicaSet stands for its
+    Deployment when "deployment" is enabled (Kueue reads the ReplicaSet to find it; gpuqueue does
+    not: a bare ReplicaSet's pods are then left alone, and the extender refuses the GPU ones a node)."""
+    if not frameworks:
+        return None
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+            continue
+        gvk = (ref.get("apiVersion"), ref.get("kind"))
+        owner = BY_GVK.get(gvk)
+        framework = owner.framework if owner is not None else ("deployment" if gvk == ("apps/v1", "ReplicaSet") else None)
+        if framework in frameworks:
+            return f"{ref.get('kind')} {ref.get('name')}"
+    return None
+
+
+def is_managed(job: Mapping[str, Any], namespace: str, queues: QueueView, config: ManagedJobsConfig,
+               frameworks: Collection[str] = ()) -> bool:
+    """Whether an object (as stored, after mutation) is one gpuqueue queues; ``frameworks``: the
+    enabled integrations (an object they own is queued through its owner)."""
+    if queued_owner(job, frameworks) is not None:
+        return False
     if job_queue_name(job) is not None:
         return True
     return config.manage_jobs_without_queue_name and namespace_is_managed(namespace, queues, config)

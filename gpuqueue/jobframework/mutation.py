@@ -1,17 +1,23 @@
-"""What the mutating webhook does to a Job on CREATE, as a pure function.
+"""What the mutating webhook does to a workload on CREATE, as a pure function.
 
-``mutate_job`` decides whether a batch/v1 Job is managed by gpuqueue (the rules are in
-``managed``) and, if so, returns the RFC 6902 JSONPatch that suspends it and names its
-LocalQueue, plus the Job as it looks after the patch. No I/O: the webhook server and the
+``mutate_job`` decides whether an object of any integration's kind is managed by gpuqueue (the
+rules are in ``managed``) and, if so, returns the RFC 6902 JSONPatch that holds it and names its
+LocalQueue, plus the object as it looks after the patch. No I/O: the webhook server and the
 simulator both call it, with whatever ``QueueView`` they have.
 
-On a managed Job (Kueue's rules):
-- ``spec.suspend`` becomes true, whatever it asked (a Job managed without a queue name
-  waits, since no LocalQueue is named);
+On a managed object (Kueue's rules, for every kind):
+- it is held as its integration holds it: a suspend flag set to true whatever it asked
+  (``Integration.suspend``: a Job's ``spec.suspend``, a PyTorchJob's ``spec.runPolicy.suspend``,
+  ...); a pod gated (``pods.gated``); a Deployment's, StatefulSet's or LeaderWorkerSet's pod
+  templates marked so that the pod integration queues their pods (``marked``);
 - without a queue-name label, the namespace's LocalQueue named ``default`` (when it exists
   and LocalQueueDefaulting is on) is written into it;
 - without ``kueue.x-k8s.io/priority-class``, it gets the default WorkloadPriorityClass,
   when one is marked default.
+
+Not managed on its own: an object whose controller is of an enabled integration's kind (a
+JobSet's Jobs, a RayJob's RayCluster, a Job's pods: the owner is queued), unless it is a pod its
+parent marked (``kueue.x-k8s.io/pod-suspending-parent``), which is queued whatever else it says.
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from gpuqueue.jobframework.integration import GATE, Integration, dotted, get_path
+from gpuqueue.jobframework.kinds.batchjob import BatchJob
+from gpuqueue.jobframework.kinds.pods import SUSPENDING_PARENT, PodTemplateOwner, gated
 from gpuqueue.jobframework.managed import (DEFAULT_LOCAL_QUEUE, ManagedJobsConfig, QueueView, job_queue_name,
-                                           namespace_is_managed)
+                                           namespace_is_managed, queued_owner)
+from gpuqueue.jobframework.patch import json_patch
+
+BATCH_JOB = BatchJob()
 
 
 @dataclass(frozen=True)
@@ -30,7 +42,7 @@ class MutationResult:
     managed: bool
     queue_name: str | None  # None: unmanaged, or managed without a queue
     patch: list[dict[str, Any]]  # JSONPatch ops; empty when nothing changes
-    job: dict[str, Any]  # the Job after the patch (the input itself when unchanged)
+    job: dict[str, Any]  # the object after the patch (the input itself when unchanged)
     reason: str  # one line saying why, for logs and the simulator
 
     @property
@@ -38,8 +50,37 @@ class MutationResult:
         return bool(self.patch)
 
 
-def escape_json_pointer(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
+def _check_templates(integration: PodTemplateOwner, obj: Mapping[str, Any]) -> None:
+    """The pod templates ``marked`` writes into are objects, and so are their labels and annotations."""
+    for path in integration.template_paths:
+        template = get_path(obj, path, required=False)
+        if template is None:
+            continue
+        where = dotted(path)
+        if not isinstance(template, Mapping):
+            raise ValueError(f"{where}: must be an object")
+        meta = template.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"{where}.metadata: must be an object")
+        for field in ("labels", "annotations"):
+            if (meta or {}).get(field) is not None and not isinstance(meta[field], Mapping):
+                raise ValueError(f"{where}.metadata.{field}: must be an object")
+
+
+def held(integration: Integration, obj: dict[str, Any], queue: str | None) -> dict | None:
+    """``obj`` held until admitted, as its integration holds it (None: it already is). Raises
+    ValueError naming the field when ``obj`` is not shaped so that it can be held."""
+    if integration.hold != GATE:
+        return integration.suspend(obj)
+    if isinstance(integration, PodTemplateOwner):
+        _check_templates(integration, obj)
+        return integration.marked(obj, queue)
+    return gated(obj)
+
+
+def suspended_by_parent(obj: Mapping[str, Any]) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    return isinstance(annotations, Mapping) and SUSPENDING_PARENT in annotations
 
 
 def mutate_job(
@@ -47,10 +88,15 @@ def mutate_job(
     queues: QueueView,
     config: ManagedJobsConfig,
     namespace: str | None = None,
+    integration: Integration = BATCH_JOB,
+    frameworks: tuple[str, ...] = (),
 ) -> MutationResult:
-    """Decide the CREATE-time mutation of a Job. ``namespace`` defaults to metadata.namespace.
+    """Decide the CREATE-time mutation of an object of ``integration``'s kind (a batch/v1 Job by
+    default). ``namespace`` defaults to metadata.namespace; ``frameworks``: the enabled
+    integrations, whose kinds queue what they own.
 
-    Raises ValueError when ``job`` is not shaped like a Job (the caller turns it into a denial).
+    Raises ValueError when ``job`` is not shaped like such an object (the caller turns it into a
+    denial).
     """
     if not isinstance(job, Mapping):
         raise ValueError("object: must be a JSON object")
@@ -65,6 +111,9 @@ def mutate_job(
     labels = meta.get("labels")
     if labels is not None and not isinstance(labels, Mapping):
         raise ValueError("object.metadata.labels: must be a JSON object")
+    annotations = meta.get("annotations")
+    if annotations is not None and not isinstance(annotations, Mapping):
+        raise ValueError("object.metadata.annotations: must be a JSON object")
     if namespace is None:
         namespace = meta.get("namespace")
     if not isinstance(namespace, str) or not namespace:
@@ -73,7 +122,15 @@ def mutate_job(
 
     new_labels: dict[str, str] = {}
     queue = job_queue_name(job)
-    if queue is not None:
+    owner = queued_owner(job, frameworks)
+    elsewhere = integration.queued_elsewhere(job)
+    if elsewhere is not None:
+        return MutationResult(False, None, [], dict(job), f"unmanaged: {elsewhere}")
+    if integration.hold == GATE and suspended_by_parent(job):
+        reason = f"queued through its parent ({SUSPENDING_PARENT})"
+    elif owner is not None:
+        return MutationResult(False, None, [], dict(job), f"unmanaged: its owner {owner} is queued instead")
+    elif queue is not None:
         reason = f"queued in LocalQueue {queue} (label)"
     elif config.local_queue_defaulting and queues.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE):
         queue = DEFAULT_LOCAL_QUEUE
@@ -90,25 +147,8 @@ def mutate_job(
         if default_class:
             new_labels[PRIORITY_CLASS_LABEL] = default_class
 
-    patch: list[dict[str, Any]] = []
-    out_meta = dict(meta)
-    out_spec = dict(spec)
-    if spec.get("suspend") is not True:
-        patch.append({"op": "add", "path": "/spec/suspend", "value": True})
-        out_spec["suspend"] = True
-    if new_labels:
-        merged = {**labels, **new_labels}
-        if labels and "labels" in meta:
-            for key, value in new_labels.items():
-                patch.append({"op": "add", "path": "/metadata/labels/" + escape_json_pointer(key), "value": value})
-        elif isinstance(job.get("metadata"), Mapping):
-            # Adding /metadata/labels/<key> to a Job without labels fails in the API server
-            # ("doc is missing path"), and so would an empty or null map: send the whole map.
-            patch.append({"op": "add", "path": "/metadata/labels", "value": merged})
-        else:
-            patch.append({"op": "add", "path": "/metadata", "value": {"labels": merged}})
-        out_meta["labels"] = merged
     out = dict(job)
-    out["metadata"] = out_meta
-    out["spec"] = out_spec
-    return MutationResult(True, queue, patch, out, reason)
+    if new_labels:
+        out["metadata"] = {**meta, "labels": {**labels, **new_labels}}
+    out = held(integration, out, queue) or out
+    return MutationResult(True, queue, json_patch(job, out), out, reason)

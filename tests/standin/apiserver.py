@@ -125,6 +125,12 @@ class ApiServer:
             from .jobcontroller import JobController
             self.job_controller = JobController(self.cluster)
 
+    def version(self) -> dict:
+        """GET /version as kube-apiserver answers it (the recorded 1.24 reports v1.24.0+0)."""
+        minor = self.cluster.kubernetes_minor
+        return {"major": "1", "minor": str(minor), "gitVersion": f"v1.{minor}.0+0", "gitCommit": "", "gitTreeState": "clean",
+                "buildDate": "2022-05-03T13:36:49Z", "goVersion": "go1.18.1", "compiler": "gc", "platform": "linux/amd64"}
+
     # --- lifecycle -----------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -238,6 +244,8 @@ class ApiServer:
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path_qs))
         CURRENT_USER.set(request.headers.get("User-Agent"))  # this request's task only
+        if request.method == "GET" and request.path.rstrip("/") == "/version":
+            return web.json_response(self.version())
         q = request.query
         is_watch = _true(q.get("watch"))
         fault = None if EXEMPT_HEADER in request.headers else self.faults.take(request.method, request.path,

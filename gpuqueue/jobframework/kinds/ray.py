@@ -82,6 +82,14 @@ class RayJob(TemplatedJob):
     def k8s_job_mode(obj: Mapping[str, Any]) -> bool:
         return ((obj.get("spec") or {}).get("submissionMode") or K8S_JOB_MODE) == K8S_JOB_MODE
 
+    def queued_elsewhere(self, obj):
+        """Kueue's rule: a RayJob sent to an existing cluster (``clusterSelector``, no cluster of its
+        own) is not queued; the cluster is."""
+        spec = obj.get("spec") or {}
+        if spec.get("clusterSelector") and spec.get("rayClusterSpec") is None:
+            return "it runs on an existing RayCluster (spec.clusterSelector), which is queued on its own"
+        return None
+
     def slots(self, obj):
         slots = cluster_slots(obj, ("spec", "rayClusterSpec"))
         if self.k8s_job_mode(obj) and (obj.get("spec") or {}).get("submitterPodTemplate") is not None:
