@@ -26,7 +26,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.scheduler import verbs
-from tests.controller_support import FAST, Harness
+from tests.controller_support import FAST, Harness, eventually
 from tests.pod_invariant import GPU, PodInvariant
 from tests.standin import resources as R
 from tests.standin.scheduler import Scheduler
@@ -161,7 +161,8 @@ async def run_history(seed: int, steps: int = 14) -> PodInvariant:
             # one Job within team-a's guarantee first, so that every history runs GPU pods
             await h.submit(job("team-a", "first", 1, 2, 1))
             jobs: list[tuple[str, str]] = [("team-a", "first")]
-            await asyncio.sleep(0.3)
+            await eventually(lambda: any(p["spec"].get("nodeName") for p in h.api.cluster.list(R.PODS, "team-a")["items"]),
+                             15, "the first Job's pod bound")  # (a loaded machine: not a fixed pause)
             for n in range(steps):
                 await tenant_step(rng, loop, jobs, n)
             await asyncio.sleep(1.0)  # let the controller, job controller and scheduler settle
