@@ -313,3 +313,17 @@ async def test_a_rayjob_on_an_existing_cluster_is_not_queued_and_cannot_be_turne
     stored = await created(objects, RAY["RayJob"], RAY["RayJob"].fresh())
     out = await chain.admit(review("UPDATE", obj, stored))
     assert not out.allowed and out.message.startswith("spec: Forbidden: a RayJob managed by gpuqueue may not be changed")
+
+
+async def test_a_job_created_with_a_queue_name_that_cannot_name_a_local_queue_is_refused(chain):
+    """batch/v1 Jobs are validated on CREATE too (the manifests route CREATE to the Job's
+    validating webhook, as for the other kinds); before, only UPDATE reached it and this Job was
+    created."""
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "team-a", "labels": {QUEUE_NAME_LABEL: "GPU_Queue"}},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "main", "image": "train:1"}]}}}}
+    out = await chain.admit(review("CREATE", job))
+    assert not out.allowed
+    assert out.message.startswith(f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "GPU_Queue": a lowercase '
+                                  "RFC 1123 subdomain")
