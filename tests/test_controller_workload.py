@@ -46,18 +46,24 @@ def test_conditions_keep_their_transition_time_until_the_status_changes():
 
 
 def test_flavor_injection_and_restore():
+    """Through the Job's integration, as the controller edits Jobs (managed_kinds.ManagedKind)."""
+    from gpuqueue.jobframework.podset import PodSetInfo
+
+    def run(job, flavors):
+        return W.BATCH_JOB.run(job, {"main": PodSetInfo.from_flavors("main", flavors)})
+
     flavor = FlavorSpec("gh200", (("nvidia.com/gpu.product", "GH200"),),
                         tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),))
-    admitted = W.admitted_job(JOB, [flavor])
+    admitted = run(JOB, [flavor])
     spec = admitted["spec"]["template"]["spec"]
     assert admitted["spec"]["suspend"] is False
     assert spec["nodeSelector"] == {"team": "ml", "nvidia.com/gpu.product": "GH200"}
     assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     # admitted again (another flavor): starts from the Job's own template, not the injected one
-    again = W.admitted_job(dict(admitted, spec=dict(admitted["spec"], suspend=True)), [FlavorSpec("h100", (("p", "h"),))])
+    again = run(dict(admitted, spec=dict(admitted["spec"], suspend=True)), [FlavorSpec("h100", (("p", "h"),))])
     assert again["spec"]["template"]["spec"]["nodeSelector"] == {"team": "ml", "p": "h"}
     assert "tolerations" not in again["spec"]["template"]["spec"]
-    restored = W.restored_job(W.suspended_job(admitted))
+    restored = W.BATCH_JOB.restore(W.BATCH_JOB.suspend(admitted))
     assert restored["spec"]["template"] == JOB["spec"]["template"]
     assert W.ORIGINAL_SCHEDULING_ANNOTATION not in restored["metadata"]["annotations"]
 

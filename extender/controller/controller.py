@@ -199,7 +199,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def is_managed(self, job: dict, workload: dict | None = None) -> bool:
         """Kueue's rule, and held while it has a Workload that is not finished (stays_managed)."""
         return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
-                             self.options.managed_jobs, _open(workload, job))
+                             self.options.managed_jobs,
+                             _open(workload, job, self.job_steering.adapter.finished(job) is not None))
 
     def _workload_of(self, job: dict) -> dict | None:
         meta = job["metadata"]
@@ -219,7 +220,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             if not held and not self.is_managed(job, wl):
                 return
             st = self._track(job, wl)
-            if W.job_finished(job):
+            if self.job_steering.adapter.finished(job):
                 st.phase = "finished"
                 return
             if wl is None:
@@ -230,7 +231,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return
         if st.phase == "finished":
             return
-        how = W.job_finished(job)
+        how = self.job_steering.adapter.finished(job)
         if how:
             self._finish(st, how)
             return
@@ -270,20 +271,19 @@ class Controller(RebuildFromApi, WorkloadEvents):
         return st
 
     def workload_spec(self, st: JobState, job: dict, queued_at: float | None = None) -> WorkloadSpec:
-        """The engine's view of the Job as it stands (its current pod template: after a refused
-        template change it still carries its old flavor's nodeSelector, which then limits the
+        """The engine's view of the Job as it stands (its current pod templates: after a refused
+        template change they still carry the old flavor's nodeSelector, which then limits the
         flavors it can be given), in the LocalQueue its Workload names."""
-        model = self.job_steering.adapter.model(job)
+        adapter = self.job_steering.adapter
         assert self.engine is not None
-        spec = convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
-                                         seq=self.engine.next_seq())
-        spec.queue_name = st.queue_name
-        return spec
+        return WorkloadSpec(key=st.key, namespace=st.namespace, queue_name=st.queue_name,
+                            pod_sets=adapter.pod_sets(job), priority=adapter.priority(job, self.priorities),
+                            created=queued_at or st.created, seq=self.engine.next_seq(), uid=st.uid)
 
     def priority_of(self, job: dict) -> int:
         try:
-            return self.priorities.priority_of(self.job_steering.adapter.model(job))
-        except ValidationError:
+            return self.job_steering.adapter.priority(job, self.priorities)
+        except (ValidationError, ValueError):
             return 0
 
     def _submit(self, st: JobState, job: dict, queued_at: float | None = None) -> None:
@@ -372,9 +372,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
         return decisions
 
 
-def _open(workload: dict | None, job: dict) -> bool:
+def _open(workload: dict | None, job: dict, finished: bool) -> bool:
     """A Workload of this Job that is not finished - or says so while the Job is not (only the
     Job's end finishes it): the Job holds or waits for quota."""
     if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
         return False
-    return not W.is_true(workload, "Finished") or not W.job_finished(job)
+    return not W.is_true(workload, "Finished") or not finished

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from gpuqueue.extender.controller.equivalence import admission_mismatch, same_pod_sets
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.jobs import BatchJob
+from gpuqueue.extender.controller.managed_kinds import ManagedKind
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.jobframework.managed import queue_name_of
 
@@ -30,7 +30,7 @@ NO_MATCHING_WORKLOAD_EVENT = "No matching Workload; restoring pod templates acco
 
 
 class Following:
-    def __init__(self, sched: Scheduling, adapter: BatchJob, workloads: WorkloadWrites,
+    def __init__(self, sched: Scheduling, adapter: ManagedKind, workloads: WorkloadWrites,
                  submit: Callable[[JobState, dict, float | None], None], mark_dirty: Callable[[], None]) -> None:
         """`submit(st, job, queued_at)`: give the engine the Job as it is (Controller._submit)."""
         self.sched = sched

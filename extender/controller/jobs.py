@@ -3,8 +3,8 @@ nodeSelector and tolerations, suspended (a victim's quota counts until its pods 
 wait_stopped), their own pod template restored, a Job running without a reservation suspended
 again - and when the API refuses the new pod template, the quota given back.
 
-What is particular to batch/v1 Jobs is BatchJob's; another kind (JobSet, PyTorchJob, ...) would
-come as an adapter of the same shape.
+What is particular to a kind is its ManagedKind's (managed_kinds.py, over the integration of
+gpuqueue/jobframework/).
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import logging
 import time
 from typing import Callable
 
-import orjson
 from prometheus_client import Histogram
 from pydantic import ValidationError
-
-from gpuqueue.api import core
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
@@ -26,107 +23,18 @@ from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.managed_kinds import ManagedKind, batch_job
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
-from gpuqueue.extender.quota import convert
-from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
-from gpuqueue.jobframework.managed import job_queue_name
+from gpuqueue.extender.quota.model import Admission
+from gpuqueue.jobframework.podset import PodSetInfo
 
 log = logging.getLogger("gpuqueue.controller")
-# The Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
-# ownerReferences): the legacy label and the one Kubernetes 1.27 added.
-JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
-
-
-class BatchJob:
-    """A batch/v1 Job as the controller sees it (Kueue's GenericJob): its model for the engine,
-    and the edits the steering makes. Each edit returns a new object, or None when the Job
-    already is so, and leaves the one it is given as it was."""
-
-    kind = K.JOBS
-
-    def __init__(self) -> None:
-        self._templates: dict[bytes, core.PodTemplateSpec] = {}
-
-    def model(self, job: dict) -> core.Job:
-        """The Job validated, its pod template validated once per distinct template: Jobs made
-        from one template (most of them) share one model - validating each whole Job was a twelfth
-        of the controller's CPU in bench/kueue_realtime.py - and the engine computes the pod set of
-        a shared template once (convert.pod_set_from_template)."""
-        spec = job.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        if not isinstance(template, dict):
-            return core.Job.model_validate(job)
-        key = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
-        model = self._templates.get(key)
-        if model is None:
-            try:
-                model = core.PodTemplateSpec.model_validate(template)
-            except ValidationError:
-                return core.Job.model_validate(job)  # raises, naming the field from the Job down
-            if len(self._templates) >= 4096:
-                self._templates.clear()
-            self._templates[key] = model
-        return core.Job.model_validate({**job, "spec": {**spec, "template": model}})
-
-    def pod_sets(self, job: dict) -> tuple[PodSetSpec, ...]:
-        """Its pod sets as the engine counts them (Kueue's PodSets): one, `main`, of
-        min(parallelism, completions) pods of its template. Raises ValidationError or ValueError
-        for a Job that cannot be read."""
-        model = self.model(job)
-        return (convert.pod_set_from_template(convert.MAIN_POD_SET, model.pod_count(), model.spec.template),)
-
-    @staticmethod
-    def queue_name(job: dict) -> str | None:
-        return job_queue_name(job)
-
-    @staticmethod
-    def generation(job: dict) -> int:
-        """Bumped by the API server on every change of the spec."""
-        return int(job["metadata"].get("generation") or 0)
-
-    @staticmethod
-    def pod_owners(pod: dict) -> set[str]:
-        """The UIDs of the Jobs a pod belongs to: its controller reference, or the Job's UID label
-        once the Job is gone and the pod orphaned."""
-        uids = {ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
-                if ref.get("controller") and ref.get("kind") == K.JOBS.kind and ref.get("uid")}
-        if not uids:
-            labels = pod["metadata"].get("labels") or {}
-            uids = {labels[k] for k in JOB_UID_LABELS if labels.get(k)}
-        return uids
-
-    @staticmethod
-    def run(job: dict, flavors: list[FlavorSpec]) -> dict | None:
-        new = W.admitted_job(job, flavors)
-        return None if new == job else new
-
-    @staticmethod
-    def suspend(job: dict) -> dict | None:
-        return None if job["spec"].get("suspend") else W.suspended_job(job)
-
-    @staticmethod
-    def restore(job: dict) -> dict | None:
-        if not job["spec"].get("suspend"):
-            return None
-        new = W.restored_job(job)
-        return None if new == job else new
-
-    @staticmethod
-    def suspended(job: dict) -> bool:
-        return bool(job["spec"].get("suspend"))
-
-    @staticmethod
-    def stopped(job: dict) -> bool:
-        """Suspended, and its controller counts no active pod."""
-        return bool(job["spec"].get("suspend")) and not (job.get("status") or {}).get("active")
-
-
 class JobSteering:
     def __init__(self, sched: Scheduling, kube: KubeApi, jobs: Informer, workloads: WorkloadRecords, writes: Writes,
                  events: EventRecorder, admission_wait: Histogram, resubmit: Callable[[JobState], None],
-                 mark_dirty: Callable[[], None], resubmit_backoff: float, adapter: BatchJob | None = None) -> None:
+                 mark_dirty: Callable[[], None], resubmit_backoff: float, adapter: ManagedKind | None = None) -> None:
         """`resubmit`: queue a Job again after the API refused its pod template; `mark_dirty`:
         ask for a scheduling pass."""
         self.sched = sched
@@ -139,7 +47,7 @@ class JobSteering:
         self.resubmit = resubmit
         self.mark_dirty = mark_dirty
         self.resubmit_backoff = resubmit_backoff
-        self.adapter = adapter or BatchJob()
+        self.adapter = adapter or batch_job()
         self.pods_by_owner: dict[str, set[str]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
@@ -207,13 +115,13 @@ class JobSteering:
             raise
 
     # -- running ----------------------------------------------------------------------------------------------
-    def flavors(self, admission: Admission) -> list[FlavorSpec]:
-        """The specs of the flavors an admission gives, as the engine holds them now."""
+    def flavors(self, admission: Admission) -> dict[str, PodSetInfo]:
+        """What each admitted pod set's pods get: its own flavors' nodeSelector and tolerations, as
+        the engine holds the flavors now."""
         engine = self.sched.engine
-        return [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
-                if f in engine.state.flavors] if engine else []
+        return self.adapter.pod_set_infos(admission, engine.state.flavors) if engine else {}
 
-    async def unsuspend(self, st: JobState, admission: Admission, flavors: list[FlavorSpec], resumed: bool,
+    async def unsuspend(self, st: JobState, admission: Admission, flavors: dict[str, PodSetInfo], resumed: bool,
                         only_suspended: bool = False) -> None:
         def change(job: dict) -> dict | None:
             if only_suspended and not self.adapter.suspended(job):
@@ -248,7 +156,7 @@ class JobSteering:
         its current template (still carrying the flavor it ran on) limits where it can go."""
         body = getattr(exc, "body", "") or ""
         log.warning("the API refused the pod template of %s for flavor(s) %s: %s", st.key,
-                    admission.flavors_of(W.MAIN), body[:300])
+                    admission.flavors, body[:300])
         self.refused.append(st.key)
         engine = self.sched.engine
         rid = self.writes.release(admission.cluster_queue)
@@ -256,7 +164,7 @@ class JobSteering:
             engine.finish(st.key)
         st.phase = "blocked"
         st.refusals += 1
-        flavors = ", ".join(sorted(set(admission.flavors_of(W.MAIN).values())))
+        flavors = ", ".join(sorted({f for by_res in admission.flavors.values() for f in by_res.values()}))
         message = (f"couldn't admit to flavor {flavors}: the API refused the change of the Job's pod template "
                    f"(its nodeSelector and tolerations may change only while it is suspended and has never "
                    f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")

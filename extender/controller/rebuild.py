@@ -51,7 +51,7 @@ class RebuildFromApi:
 
     def _rebuild(self, job: dict, wl: dict | None) -> JobState:
         st = self._track(job, wl)
-        finished = W.job_finished(job)
+        finished = self.job_steering.adapter.finished(job)
         if finished:
             st.phase = "finished"
             if wl is not None and not W.is_true(wl, "Finished"):
@@ -78,7 +78,7 @@ class RebuildFromApi:
         self._submit(st, job, queued_at)
         if W.shows_reservation(wl):
             self.workload_writes.set_back(st)
-        if wl is not None and W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+        if wl is not None and W.pod_sets_differ(wl, self.job_steering.adapter.workload_pod_sets(job), st.queue_name):
             self.workload_writes.update_spec(st)  # changed while no leader ran
         self._steer(st, job)
         if wl is not None:
@@ -101,7 +101,7 @@ class RebuildFromApi:
             # the Job as it is now, and its Workload told so once the reservation is cleared)
             engine.evict(st.key, now)
             self.workload_writes.resume_eviction(st, adm.cluster_queue)
-            if W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+            if W.pod_sets_differ(wl, self.job_steering.adapter.workload_pod_sets(job), st.queue_name):
                 self.workload_writes.update_spec(st)
             return
         changed = admission_mismatch(spec.pod_sets, adm)

@@ -1,0 +1,145 @@
+"""A workload kind as the controller manages it (Kueue's GenericJob inside its reconciler): the
+integration of gpuqueue/jobframework/ (pod sets, suspend, run with the admitted flavors,
+restore, finished) with what the controller adds around it - the engine's pod sets, computed
+once per distinct pod template, the priority, where the kind lives on the REST path, and which
+of its objects a pod belongs to.
+
+Every edit returns a new object, or None when the object already is so, and leaves the one it
+is given as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from gpuqueue.api import core
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.quota import convert
+from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
+from gpuqueue.jobframework import registry
+from gpuqueue.jobframework.integration import Integration, TemplatedJob, dotted
+from gpuqueue.jobframework.managed import job_queue_name
+from gpuqueue.jobframework.podset import PodSet, PodSetInfo
+
+# A Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
+# ownerReferences): the legacy label and the one Kubernetes 1.27 added.
+JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+_TEMPLATE_CACHE_SIZE = 4096
+
+
+def kind_of(integration: Integration) -> K.Kind:
+    return K.Kind(integration.plural, integration.group, integration.version, integration.plural,
+                  integration.namespaced, integration.kind)
+
+
+class ManagedKind:
+    def __init__(self, integration: Integration) -> None:
+        self.integration = integration
+        self.kind = K.JOBS if integration.framework == "batch/job" else kind_of(integration)
+        self._templates: dict[bytes, core.PodTemplateSpec] = {}
+
+    # -- what to admit -------------------------------------------------------------------------------
+    def template_model(self, template: Any, where: str = "template") -> core.PodTemplateSpec:
+        """The pod template validated, once per distinct template: objects made from one template
+        (most of them) share one model - validating each whole Job was a twelfth of the
+        controller's CPU in bench/kueue_realtime.py - and the engine computes the pod set of a
+        shared template once (convert.pod_set_from_template). ValueError names a bad field from
+        the object's root (`where`: the template's path)."""
+        key = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
+        model = self._templates.get(key)
+        if model is None:
+            try:
+                model = core.PodTemplateSpec.model_validate(template)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"{where}.{loc}: {err['msg']}") from None
+            if len(self._templates) >= _TEMPLATE_CACHE_SIZE:
+                self._templates.clear()
+            self._templates[key] = model
+        return model
+
+    def _paths(self, obj: dict) -> dict[str, str]:
+        if not isinstance(self.integration, TemplatedJob):
+            return {}
+        try:
+            return {slot.name: dotted(slot.path) for slot in self.integration.slots(obj)}
+        except (ValueError, NotImplementedError):
+            return {}
+
+    def _models(self, obj: dict, own: bool = False) -> list[tuple[PodSet, core.PodTemplateSpec]]:
+        sets = self.integration.own_pod_sets(obj) if own else self.integration.pod_sets(obj)
+        paths = self._paths(obj)
+        return [(ps, self.template_model(ps.template, paths.get(ps.name, f"pod set {ps.name}: template")))
+                for ps in sets]
+
+    def pod_sets(self, obj: dict) -> tuple[PodSetSpec, ...]:
+        """Its pod sets as the engine counts them (Kueue's PodSets), from its pod templates as
+        they are now. Raises ValueError for an object that cannot be read."""
+        return tuple(convert.pod_set_from_template(ps.name, ps.count, model) for ps, model in self._models(obj))
+
+    def workload_pod_sets(self, obj: dict) -> list[dict]:
+        """The Workload's `spec.podSets`: its own pod templates (without any flavor's)."""
+        return [{"name": ps.name, "count": ps.count, "template": ps.template}
+                for ps in self.integration.own_pod_sets(obj)]
+
+    def priority(self, obj: dict, priorities: convert.PriorityResolver) -> int:
+        """Kueue's: the WorkloadPriorityClass label, the PriorityClass its pods ask for, their
+        priority, the global default."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        pod_priority = next((m.spec.priority for _, m in self._models(obj) if m.spec.priority is not None), None)
+        return priorities.priority_for(labels, self.integration.priority_class_name(obj), pod_priority)
+
+    def pod_set_infos(self, admission: Admission, flavors: dict[str, FlavorSpec]) -> dict[str, PodSetInfo]:
+        """Each admitted pod set's own flavors' nodeSelector and tolerations (`flavors`: the
+        engine's specs by name)."""
+        return {ps: PodSetInfo.from_flavors(ps, [flavors[f] for f in sorted(set(by_res.values())) if f in flavors])
+                for ps, by_res in admission.flavors.items()}
+
+    @staticmethod
+    def queue_name(obj: dict) -> str | None:
+        return job_queue_name(obj)
+
+    @staticmethod
+    def generation(obj: dict) -> int:
+        """Bumped by the API server on every change of the spec."""
+        return int(obj["metadata"].get("generation") or 0)
+
+    # -- holding and running ------------------------------------------------------------------------
+    def run(self, obj: dict, infos: dict[str, PodSetInfo]) -> dict | None:
+        return self.integration.run(obj, infos)
+
+    def suspend(self, obj: dict) -> dict | None:
+        return self.integration.suspend(obj)
+
+    def restore(self, obj: dict) -> dict | None:
+        return self.integration.restore(obj)
+
+    def suspended(self, obj: dict) -> bool:
+        return self.integration.is_suspended(obj)
+
+    def stopped(self, obj: dict) -> bool:
+        return self.integration.stopped(obj)
+
+    def finished(self, obj: dict) -> str | None:
+        """'Complete' or 'Failed' once it is done, else None."""
+        done = self.integration.finished(obj)
+        return None if done is None else ("Complete" if done.succeeded else "Failed")
+
+    # -- its pods -----------------------------------------------------------------------------------
+    def pod_owners(self, pod: dict) -> set[str]:
+        """The UIDs of the objects of this kind a pod belongs to: its controller reference, or for
+        a Job the Job's UID label once the Job is gone and the pod orphaned."""
+        uids = {ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
+                if ref.get("controller") and ref.get("kind") == self.kind.kind and ref.get("uid")}
+        if not uids and self.kind is K.JOBS:
+            labels = pod["metadata"].get("labels") or {}
+            uids = {labels[k] for k in JOB_UID_LABELS if labels.get(k)}
+        return uids
+
+
+def batch_job() -> ManagedKind:
+    return ManagedKind(registry.BY_FRAMEWORK["batch/job"])
