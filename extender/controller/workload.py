@@ -218,12 +218,10 @@ def preemption_message(preemptor_uid: str, preemptor_job_uid: str, reason: str, 
 # -- admission -------------------------------------------------------------------------------------------
 
 def admission_to_status(a: Admission) -> dict:
+    """Kueue's `status.admission`: each pod set with its own flavors and what its own pods take."""
     assignments = []
     for ps, flavors in sorted(a.flavors.items()):
-        usage: dict[str, str] = {}
-        for (flavor, res), v in sorted(a.usage.items()):
-            if flavors.get(res) == flavor:
-                usage[res] = format_engine_int(res, v)
+        usage = {res: format_engine_int(res, v) for res, v in sorted(a.usage_of(ps).items())}
         assignments.append({"name": ps, "flavors": dict(sorted(flavors.items())), "resourceUsage": usage,
                             "count": a.counts.get(ps, 1)})
     return {"clusterQueue": a.cluster_queue, "podSetAssignments": assignments}
@@ -232,16 +230,20 @@ def admission_to_status(a: Admission) -> dict:
 def admission_from_status(admission: dict) -> Admission:
     flavors: dict[str, dict[str, str]] = {}
     usage: dict[tuple[str, str], int] = {}
+    pod_set_usage: dict[str, dict[str, int]] = {}
     counts: dict[str, int] = {}
     for psa in admission.get("podSetAssignments") or ():
         name = psa.get("name", MAIN)
         flavors[name] = dict(psa.get("flavors") or {})
         counts[name] = int(psa.get("count", 1))
+        own = pod_set_usage.setdefault(name, {})
         for res, qty in (psa.get("resourceUsage") or {}).items():
+            amount = parse_engine_int(res, qty)
+            own[res] = own.get(res, 0) + amount
             fr = (flavors[name].get(res, ""), res)
-            usage[fr] = usage.get(fr, 0) + parse_engine_int(res, qty)
+            usage[fr] = usage.get(fr, 0) + amount
     return Admission(cluster_queue=admission["clusterQueue"], flavors=flavors, usage=usage, counts=counts,
-                     borrowing=False)
+                     borrowing=False, pod_set_usage=pod_set_usage)
 
 
 # -- status edits -------------------------------------------------------------------------------------------
