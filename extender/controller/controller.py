@@ -28,6 +28,7 @@ from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
@@ -62,6 +63,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
                                                  backoff_initial=self.options.watch_backoff_initial,
                                                  backoff_max=self.options.watch_backoff_max,
                                                  transform=transform_for(kind.name))
+        self.owned = OwnedWorkloads(self.informers["workloads"])  # first of the Workloads' handlers
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
@@ -203,8 +205,10 @@ class Controller(RebuildFromApi, WorkloadEvents):
                              _open(workload, job, self.job_steering.adapter.finished(job) is not None))
 
     def _workload_of(self, job: dict) -> dict | None:
+        """Its Workload, found by its UID: one created under gpuqueue's earlier name is kept."""
         meta = job["metadata"]
-        return self.informers["workloads"].get(f"{meta['namespace']}/{W.workload_name(meta['name'], meta['uid'])}")
+        return self.owned.find(meta["namespace"], meta["uid"],
+                               self.job_steering.adapter.integration.workload_name(job))
 
     def _on_job(self, job: dict, held: bool = False) -> None:
         """`held`: the Job was ours a moment ago (its Workload was deleted): ours still."""
@@ -263,7 +267,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def _track(self, job: dict, wl: dict | None = None) -> JobState:
         meta = job["metadata"]
         st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
-                      wl_name=W.workload_name(meta["name"], meta["uid"]),
+                      wl_name=wl["metadata"]["name"] if wl is not None else
+                      self.job_steering.adapter.integration.workload_name(job),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
                       queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
                       generation=self.job_steering.adapter.generation(job))
@@ -375,6 +380,6 @@ class Controller(RebuildFromApi, WorkloadEvents):
 def _open(workload: dict | None, job: dict, finished: bool) -> bool:
     """A Workload of this Job that is not finished - or says so while the Job is not (only the
     Job's end finishes it): the Job holds or waits for quota."""
-    if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
+    if workload is None or job["metadata"]["uid"] not in owner_uids(workload):
         return False
     return not W.is_true(workload, "Finished") or not finished

@@ -4,9 +4,12 @@ the controller (Scheduling)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from gpuqueue.extender.quota.engine import QuotaEngine
+
+if TYPE_CHECKING:
+    from gpuqueue.extender.controller.managed_kinds import ManagedKind
 
 
 @dataclass
@@ -29,6 +32,7 @@ class JobState:
     # False while the API surely holds no reservation of ours for it: never admitted in this term, or
     # its reservation cleared since; True once an admission write may have landed (or on rebuild)
     maybe_reserved: bool = False
+    kind: "ManagedKind | None" = None  # its kind (None: a batch/v1 Job)
 
 
 def departed_key(st: JobState) -> str:

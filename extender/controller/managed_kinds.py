@@ -41,6 +41,11 @@ class ManagedKind:
         self.kind = K.JOBS if integration.framework == "batch/job" else kind_of(integration)
         self._templates: dict[bytes, core.PodTemplateSpec] = {}
 
+    def key(self, namespace: str, name: str) -> str:
+        """The engine's key of one of its objects: `namespace/name` for a Job (as always), with the
+        kind for another (a RayJob's submitter Job has the RayJob's name; '#' is in no name)."""
+        return f"{namespace}/{name}" if self.kind is K.JOBS else f"{namespace}/{name}#{self.kind.kind}"
+
     # -- what to admit -------------------------------------------------------------------------------
     def template_model(self, template: Any, where: str = "template") -> core.PodTemplateSpec:
         """The pod template validated, once per distinct template: objects made from one template

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import time
 from typing import Any
 
 import orjson
 
 from gpuqueue.extender.controller.managed_kinds import ManagedKind, batch_job
+from gpuqueue.jobframework import names
 from gpuqueue.jobframework.kinds.batchjob import ORIGINAL_SCHEDULING_ANNOTATION  # noqa: F401 - tests read it here
 from gpuqueue.extender.quota.model import Admission
 from gpuqueue.api.quantity import format_engine_int as _format_engine_int
@@ -78,9 +78,9 @@ def parse_time(value: str | None) -> float | None:
 
 
 def workload_name(job_name: str, job_uid: str) -> str:
-    """Kueue's shape, `job-NAME-HASH`: stable for one Job, different for a recreated one."""
-    suffix = hashlib.sha256(job_uid.encode()).hexdigest()[:5]
-    return f"job-{job_name[:240]}-{suffix}"
+    """Kueue's name for a batch/v1 Job's Workload, `job-NAME-HASH` (names.workload_name): stable
+    for one Job, different for a recreated one."""
+    return names.workload_name("Job", "batch", job_name, job_uid)
 
 
 _TEMPLATE_FIELDS = ("nodeSelector", "tolerations", "affinity", "overhead")
@@ -107,7 +107,8 @@ def _pod_set_key(ps: dict) -> tuple:
 
 
 def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None, queue_name: str,
-                   kind: ManagedKind = BATCH_JOB) -> dict:
+                   kind: ManagedKind = BATCH_JOB, name: str | None = None) -> dict:
+    """`name`: the Workload's (default: Kueue's name for the owner)."""
     meta = job["metadata"]
     spec: dict[str, Any] = {
         "active": True,
@@ -121,7 +122,7 @@ def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | N
         "apiVersion": WORKLOAD_API_VERSION,
         "kind": "Workload",
         "metadata": {
-            "name": workload_name(meta["name"], meta["uid"]),
+            "name": name or kind.integration.workload_name(job),
             "namespace": meta["namespace"],
             "labels": {JOB_UID_LABEL: meta["uid"]},
             "ownerReferences": [{"apiVersion": kind.kind.api_version, "kind": kind.kind.kind, "name": meta["name"],
@@ -143,21 +144,22 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     return None
 
 
-def _job_owner(obj: dict) -> dict:
+def owner_ref(obj: dict) -> dict:
+    """Its controller ownerReference ({} if none): a Workload's owner, of whatever kind."""
     for ref in obj["metadata"].get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and ref.get("controller"):
+        if ref.get("controller"):
             return ref
     return {}
 
 
 def owner_job(obj: dict) -> str:
-    """The name of the Job that controls `obj` ("" if none)."""
-    return _job_owner(obj).get("name", "")
+    """The name of the object that controls `obj` ("" if none)."""
+    return owner_ref(obj).get("name", "")
 
 
 def owner_uid(obj: dict) -> str:
-    """The UID of the Job that controls `obj` ("" if none)."""
-    return _job_owner(obj).get("uid", "")
+    """The UID of the object that controls `obj` ("" if none)."""
+    return owner_ref(obj).get("uid", "")
 
 
 # -- conditions -----------------------------------------------------------------------------------------

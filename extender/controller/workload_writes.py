@@ -100,7 +100,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 return
             pc = W.priority_class_of(job, self.priorities.workload_classes, self.priorities.pod_classes)
             priority = st.priority if st.priority is not None else self.priority_of(job)
-            body = W.build_workload(job, priority, pc, st.queue_name)
+            body = W.build_workload(job, priority, pc, st.queue_name, name=st.wl_name)
             try:
                 created = await self.kube.create(K.WORKLOADS, st.namespace, body)
             except Exception as exc:
