@@ -124,7 +124,7 @@ async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is
         one, two = gpu_job("ml", "one"), gpu_job("ml", "two", gpus=1)
         for n, job in enumerate((one, two)):
             job["metadata"]["uid"] = f"uid-{n}"
-        adapter = ctl.job_steering.adapter
+        adapter = ctl.kinds_by_kind["Job"]
         (p1,), (p2,) = adapter.pod_sets(one), adapter.pod_sets(two)
         assert p1 is p2  # one model of the shared template, one engine pod set computed from it
         assert adapter.pod_sets(gpu_job("ml", "three", gpus=2))[0] is not p1

@@ -10,6 +10,7 @@ Only the leader writes. On becoming leader it rebuilds a fresh engine from what 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from kubernetes_asyncio import client
@@ -27,6 +28,7 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_looku
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind, PodOwners, controller_ref, managed_kinds
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
@@ -57,12 +59,21 @@ class Controller(RebuildFromApi, WorkloadEvents):
                             concurrency=self.options.concurrency, request_timeout=self.options.request_timeout)
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
-        for kind in K.WATCHED:
+        # the kinds it queues (integrations.frameworks) and the other owners on their pods' chains
+        self.kinds, owner_kinds, skipped = managed_kinds(self.options.integrations)
+        for framework in skipped:
+            log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
+                     "admitted (their GPU pods are refused a node)", framework)
+        self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
+        for kind in (*K.WATCHED, *(k.kind for k in (*self.kinds, *owner_kinds) if k.kind is not K.JOBS)):
             fn, args = kind.list_call(api)
             self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
                                                  backoff_initial=self.options.watch_backoff_initial,
                                                  backoff_max=self.options.watch_backoff_max,
                                                  transform=transform_for(kind.name))
+        self.crd_kinds = [k.kind for k in (*self.kinds, *owner_kinds) if k.kind is not K.JOBS]
+        self.pod_owners = PodOwners({k.kind.kind: self.informers[k.kind.name]
+                                     for k in (BATCH_JOB, *self.kinds, *owner_kinds)})
         self.owned = OwnedWorkloads(self.informers["workloads"])  # first of the Workloads' handlers
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
@@ -73,16 +84,16 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
                                     o.event_burst)
         records = WorkloadRecords(self.kube, self.informers["workloads"])
-        self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
+        self.job_steering = JobSteering(self, self.kube, self.informers, records, self.writes, self.events,
                                         self.metrics.job_admission_wait, self.resubmit, self.mark_dirty,
-                                        o.resubmit_backoff)
+                                        o.resubmit_backoff, self.pod_owners)
         self.departures = Departures(self, self.jobs, self.kube, self.writes, self.job_steering, self.mark_dirty,
                                      status_changed=lambda: self.queue_status.changed())
         self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
                                               self.metrics, self.priorities, self.priority_of,
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided)
-        self.following = Following(self, self.job_steering.adapter, self.workload_writes, self._submit,
+        self.following = Following(self, self.workload_writes, self._submit,
                                    self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
@@ -193,38 +204,45 @@ class Controller(RebuildFromApi, WorkloadEvents):
                                              on_delete=delete)
 
         self.quota_objects.watch(self.informers)
-        on("jobs", self._on_job, self._on_job_delete)
+        for kind in self.kinds:
+            on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
         self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
                                                 on_update=self._on_workload, on_delete=self._on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
 
-    def is_managed(self, job: dict, workload: dict | None = None) -> bool:
-        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed)."""
+    def is_managed(self, job: dict, workload: dict | None = None, kind: ManagedKind = BATCH_JOB) -> bool:
+        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed).
+        An object controlled by one of a queued kind (a JobSet's Jobs, a RayJob's RayCluster) is
+        queued as part of its owner, not by itself (Kueue's IsOwnerManagedByKueue)."""
+        parent = controller_ref(job)
+        if parent is not None and parent.get("kind") in self.kinds_by_kind and \
+                self.kinds_by_kind[parent["kind"]].kind.api_version == parent.get("apiVersion"):
+            return False
         return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
-                             self.options.managed_jobs,
-                             _open(workload, job, self.job_steering.adapter.finished(job) is not None))
+                             self.options.managed_jobs, _open(workload, job, kind.finished(job) is not None))
 
-    def _workload_of(self, job: dict) -> dict | None:
+    def _workload_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> dict | None:
         """Its Workload, found by its UID: one created under gpuqueue's earlier name is kept."""
         meta = job["metadata"]
-        return self.owned.find(meta["namespace"], meta["uid"],
-                               self.job_steering.adapter.integration.workload_name(job))
+        return self.owned.find(meta["namespace"], meta["uid"], kind.integration.workload_name(job))
 
-    def _on_job(self, job: dict, held: bool = False) -> None:
-        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still."""
+    def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
+        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
+        kind it queues comes here: a Job is any of them.)"""
         if not self.recovered:
             return
-        key = object_key(job)
+        meta = job["metadata"]
+        key = kind.key(meta["namespace"], meta["name"])
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._depart(st)  # a new Job of the same name
             st = None
         if st is None:
-            wl = self._workload_of(job)
-            if not held and not self.is_managed(job, wl):
+            wl = self._workload_of(job, kind)
+            if not held and not self.is_managed(job, wl, kind):
                 return
-            st = self._track(job, wl)
-            if self.job_steering.adapter.finished(job):
+            st = self._track(job, wl, kind)
+            if kind.finished(job):
                 st.phase = "finished"
                 return
             if wl is None:
@@ -235,7 +253,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return
         if st.phase == "finished":
             return
-        how = self.job_steering.adapter.finished(job)
+        how = kind.finished(job)
         if how:
             self._finish(st, how)
             return
@@ -248,7 +266,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
         else is started again (the admission stands, with its admitted template: a nodeSelector
         edited meanwhile does not survive; to stop a Job, delete it); a Job running without a
         reservation written is suspended, however often it is started."""
-        if not self.job_steering.adapter.suspended(job):
+        if not st.kind.suspended(job):
             if not self.job_steering.may_run(st):
                 self.job_steering.stop(st)
         elif st.phase == "admitted":
@@ -257,21 +275,39 @@ class Controller(RebuildFromApi, WorkloadEvents):
                 self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
-        st = self.jobs.get(object_key(job))
+        st = self.state_of(job)
         if st is None or st.uid != job["metadata"]["uid"]:
             return
         self._depart(st)
         self.mark_dirty()
 
     # -- jobs and the engine --------------------------------------------------------------------------------
-    def _track(self, job: dict, wl: dict | None = None) -> JobState:
+    def state_of(self, obj: dict) -> JobState | None:
+        """What it tracks of an object of a kind it queues (by its uid: None for another object of
+        the name)."""
+        meta = obj["metadata"]
+        for kind in self.kinds:
+            st = self.jobs.get(kind.key(meta.get("namespace") or "", meta.get("name") or ""))
+            if st is not None and st.uid == meta.get("uid"):
+                return st
+        return None
+
+    def state_of_workload(self, wl: dict) -> JobState | None:
+        """What it tracks of a Workload's owner (by its controller reference's kind and name)."""
+        ref = W.owner_ref(wl)
+        kind = self.kinds_by_kind.get(ref.get("kind", ""))
+        if kind is None:
+            return None
+        return self.jobs.get(kind.key(wl["metadata"].get("namespace") or "", ref.get("name") or ""))
+
+    def _track(self, job: dict, wl: dict | None = None, kind: ManagedKind = BATCH_JOB) -> JobState:
         meta = job["metadata"]
-        st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
-                      wl_name=wl["metadata"]["name"] if wl is not None else
-                      self.job_steering.adapter.integration.workload_name(job),
+        st = JobState(key=kind.key(meta["namespace"], meta["name"]), namespace=meta["namespace"], name=meta["name"],
+                      uid=meta["uid"],
+                      wl_name=wl["metadata"]["name"] if wl is not None else kind.integration.workload_name(job),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
                       queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
-                      generation=self.job_steering.adapter.generation(job))
+                      generation=kind.generation(job), kind=kind)
         self.jobs[st.key] = st
         return st
 
@@ -279,15 +315,15 @@ class Controller(RebuildFromApi, WorkloadEvents):
         """The engine's view of the Job as it stands (its current pod templates: after a refused
         template change they still carry the old flavor's nodeSelector, which then limits the
         flavors it can be given), in the LocalQueue its Workload names."""
-        adapter = self.job_steering.adapter
+        adapter = st.kind
         assert self.engine is not None
         return WorkloadSpec(key=st.key, namespace=st.namespace, queue_name=st.queue_name,
                             pod_sets=adapter.pod_sets(job), priority=adapter.priority(job, self.priorities),
                             created=queued_at or st.created, seq=self.engine.next_seq(), uid=st.uid)
 
-    def priority_of(self, job: dict) -> int:
+    def priority_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> int:
         try:
-            return self.job_steering.adapter.priority(job, self.priorities)
+            return kind.priority(job, self.priorities)
         except (ValidationError, ValueError):
             return 0
 
@@ -305,11 +341,11 @@ class Controller(RebuildFromApi, WorkloadEvents):
 
     def resubmit(self, st: JobState) -> None:
         """Queue a Job again after the API refused its admission (see JobSteering.unsuspend)."""
-        job = self.informers["jobs"].get(st.key)
+        job = self.job_steering.job(st)
         if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
             return
         st.queue_name = queue_name_of(job, st.queue_name)
-        st.generation = self.job_steering.adapter.generation(job)
+        st.generation = st.kind.generation(job)
         self._submit(st, job, queued_at=time.time())
         self.workload_writes.update_spec(st)
         self.mark_dirty()

@@ -4,12 +4,10 @@ the controller (Scheduling)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import Mapping, Protocol
 
+from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind
 from gpuqueue.extender.quota.engine import QuotaEngine
-
-if TYPE_CHECKING:
-    from gpuqueue.extender.controller.managed_kinds import ManagedKind
 
 
 @dataclass
@@ -32,7 +30,7 @@ class JobState:
     # False while the API surely holds no reservation of ours for it: never admitted in this term, or
     # its reservation cleared since; True once an admission write may have landed (or on rebuild)
     maybe_reserved: bool = False
-    kind: "ManagedKind | None" = None  # its kind (None: a batch/v1 Job)
+    kind: ManagedKind = BATCH_JOB  # its kind (integration)
 
 
 def departed_key(st: JobState) -> str:
@@ -53,3 +51,7 @@ class Scheduling(Protocol):
 
     @property
     def jobs(self) -> Mapping[str, JobState]: ...
+
+    @property
+    def kinds_by_kind(self) -> Mapping[str, ManagedKind]:
+        """The kinds it queues, by kind name."""

@@ -23,7 +23,7 @@ from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
-from gpuqueue.extender.controller.managed_kinds import ManagedKind, batch_job
+from gpuqueue.extender.controller.managed_kinds import PodOwners, pod_set_infos
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
@@ -32,14 +32,17 @@ from gpuqueue.jobframework.podset import PodSetInfo
 
 log = logging.getLogger("gpuqueue.controller")
 class JobSteering:
-    def __init__(self, sched: Scheduling, kube: KubeApi, jobs: Informer, workloads: WorkloadRecords, writes: Writes,
-                 events: EventRecorder, admission_wait: Histogram, resubmit: Callable[[JobState], None],
-                 mark_dirty: Callable[[], None], resubmit_backoff: float, adapter: ManagedKind | None = None) -> None:
-        """`resubmit`: queue a Job again after the API refused its pod template; `mark_dirty`:
-        ask for a scheduling pass."""
+    def __init__(self, sched: Scheduling, kube: KubeApi, informers: dict[str, Informer], workloads: WorkloadRecords,
+                 writes: Writes, events: EventRecorder, admission_wait: Histogram,
+                 resubmit: Callable[[JobState], None], mark_dirty: Callable[[], None], resubmit_backoff: float,
+                 owners: PodOwners | None = None) -> None:
+        """`informers`: the controller's, by name (each kind's objects under its Kind.name);
+        `owners`: which objects a pod belongs to (default: its Job); `resubmit`: queue a Job
+        again after the API refused its pod template; `mark_dirty`: ask for a scheduling pass."""
         self.sched = sched
         self.kube = kube
-        self.cache = jobs
+        self.informers = informers
+        self.owners = owners or PodOwners({"Job": informers["jobs"]})
         self.workloads = workloads
         self.writes = writes
         self.events = events
@@ -47,7 +50,6 @@ class JobSteering:
         self.resubmit = resubmit
         self.mark_dirty = mark_dirty
         self.resubmit_backoff = resubmit_backoff
-        self.adapter = adapter or batch_job()
         self.pods_by_owner: dict[str, set[str]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
@@ -72,7 +74,7 @@ class JobSteering:
             self.poke(uid)
 
     def _owners(self, pod: dict) -> set[str]:
-        return self.adapter.pod_owners(pod)
+        return self.owners.uids(pod)
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)
@@ -97,7 +99,7 @@ class JobSteering:
 
     # -- reads and read-modify-writes -------------------------------------------------------------------------
     def job(self, st: JobState) -> dict | None:
-        return self.cache.get(st.key)
+        return self.informers[st.kind.kind.name].get(f"{st.namespace}/{st.name}")
 
     async def _update(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
         """`change` returns a new object (an adapter's edit) and leaves the one it is given as it was."""
@@ -107,7 +109,7 @@ class JobSteering:
             return change(job)
 
         try:
-            return await read_modify_write(self.kube, self.adapter.kind, st.namespace, st.name, self.job(st), checked,
+            return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, self.job(st), checked,
                                            protect=_as_is)
         except Exception as exc:
             if is_status(exc, 404):
@@ -119,16 +121,16 @@ class JobSteering:
         """What each admitted pod set's pods get: its own flavors' nodeSelector and tolerations, as
         the engine holds the flavors now."""
         engine = self.sched.engine
-        return self.adapter.pod_set_infos(admission, engine.state.flavors) if engine else {}
+        return pod_set_infos(admission, engine.state.flavors) if engine else {}
 
     async def unsuspend(self, st: JobState, admission: Admission, flavors: dict[str, PodSetInfo], resumed: bool,
                         only_suspended: bool = False) -> None:
         def change(job: dict) -> dict | None:
-            if only_suspended and not self.adapter.suspended(job):
+            if only_suspended and not st.kind.suspended(job):
                 return None
-            if not self.fits(job, admission):
+            if not self.fits(st, job, admission):
                 return None  # changed since it was admitted: the Job's own event evicts it
-            return self.adapter.run(job, flavors)
+            return st.kind.run(job, flavors)
 
         try:
             result = await self._update(st, change)
@@ -143,10 +145,10 @@ class JobSteering:
             self.events.event(st, "Resumed" if resumed else "Started",
                               f"Admitted by clusterQueue {admission.cluster_queue}")
 
-    def fits(self, job: dict, admission: Admission) -> bool:
+    def fits(self, st: JobState, job: dict, admission: Admission) -> bool:
         """The Job's pods are what the admission reserved (equivalence.admission_mismatch)."""
         try:
-            return admission_mismatch(self.adapter.pod_sets(job), admission) is None
+            return admission_mismatch(st.kind.pod_sets(job), admission) is None
         except (ValidationError, ValueError):
             return False
 
@@ -215,11 +217,11 @@ class JobSteering:
 
         async def write():
             self._stop_queued.discard(st.key)
-            changed = await self._update(st, lambda job: None if self.may_run(st) else self.adapter.suspend(job))
+            changed = await self._update(st, lambda job: None if self.may_run(st) else st.kind.suspend(job))
             if changed is not None and rid is not None:
                 # until its pods are gone - or its owner starts it again after this suspension (a
                 # later generation; the next stop takes over), or it is admitted meanwhile
-                ours = self.adapter.generation(changed)
+                ours = st.kind.generation(changed)
                 await self.wait_stopped(st, held=False, done=lambda: self.may_run(st) or self._restarted(st, ours))
 
         task = self.writes.chain(st.key + "/stop", write, release=rid)
@@ -233,7 +235,7 @@ class JobSteering:
         return lq.cluster_queue if lq is not None else None
 
     async def suspend(self, st: JobState) -> dict | None:
-        return await self._update(st, self.adapter.suspend)
+        return await self._update(st, st.kind.suspend)
 
     async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False) -> None:
         """Until the Job is suspended (or gone) and its pods are gone - confirmed by a live list, not
@@ -253,30 +255,39 @@ class JobSteering:
             pause = min(pause * 2, 1.0)
 
     async def _live_pods(self, st: JobState) -> int:
+        """Its pods not terminated, by a live list: up its pods' owner chains, and, failing safe,
+        those whose chain breaks at an owner named after it (a JobSet's child Job, a RayJob's
+        RayCluster, gone from the cache before their pods)."""
         listed = await self.kube.request("GET", K.PODS.path(st.namespace))
-        return sum(1 for pod in listed.get("items") or ()
-                   if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   and st.uid in self.adapter.pod_owners(pod))
+        count = 0
+        for pod in listed.get("items") or ():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            uids, broken = self.owners.chain(pod)
+            if st.uid in uids or (broken is not None and st.kind.kind is not K.JOBS
+                                  and str(broken.get("name", "")).startswith(st.name)):
+                count += 1
+        return count
 
     def _restarted(self, st: JobState, after_generation: int) -> bool:
         """The Job was started again by a change made after `after_generation` (the cache may still
         show it as it was before our suspension)."""
         job = self.job(st)
-        return (job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.suspended(job)
-                and self.adapter.generation(job) > after_generation)
+        return (job is not None and job["metadata"].get("uid") == st.uid and not st.kind.suspended(job)
+                and st.kind.generation(job) > after_generation)
 
     def _stopped(self, st: JobState, held: bool) -> bool:
         if not held and self.sched.jobs.get(st.key) is not st:
             return True
         job = self.job(st)
-        if job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.stopped(job):
+        if job is not None and job["metadata"].get("uid") == st.uid and not st.kind.stopped(job):
             return False
         return self.pods_gone(st.uid)
 
     async def restore(self, st: JobState) -> None:
         """The Job's own pod template back (its scheduling fields as they were before admission)."""
         try:
-            await self._update(st, self.adapter.restore)
+            await self._update(st, st.kind.restore)
         except Exception as exc:
             if not is_status(exc, 422):
                 raise

@@ -10,7 +10,7 @@ is given as it was.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
@@ -20,9 +20,13 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
 from gpuqueue.jobframework import registry
-from gpuqueue.jobframework.integration import Integration, TemplatedJob, dotted
+from gpuqueue.jobframework.integration import SUSPEND, Integration, TemplatedJob, dotted
 from gpuqueue.jobframework.managed import job_queue_name
 from gpuqueue.jobframework.podset import PodSet, PodSetInfo
+from gpuqueue.jobframework.registry import IntegrationsConfig
+
+if TYPE_CHECKING:
+    from gpuqueue.kube import Informer
 
 # A Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
 # ownerReferences): the legacy label and the one Kubernetes 1.27 added.
@@ -98,12 +102,6 @@ class ManagedKind:
         pod_priority = next((m.spec.priority for _, m in self._models(obj) if m.spec.priority is not None), None)
         return priorities.priority_for(labels, self.integration.priority_class_name(obj), pod_priority)
 
-    def pod_set_infos(self, admission: Admission, flavors: dict[str, FlavorSpec]) -> dict[str, PodSetInfo]:
-        """Each admitted pod set's own flavors' nodeSelector and tolerations (`flavors`: the
-        engine's specs by name)."""
-        return {ps: PodSetInfo.from_flavors(ps, [flavors[f] for f in sorted(set(by_res.values())) if f in flavors])
-                for ps, by_res in admission.flavors.items()}
-
     @staticmethod
     def queue_name(obj: dict) -> str | None:
         return job_queue_name(obj)
@@ -134,17 +132,86 @@ class ManagedKind:
         done = self.integration.finished(obj)
         return None if done is None else ("Complete" if done.succeeded else "Failed")
 
-    # -- its pods -----------------------------------------------------------------------------------
-    def pod_owners(self, pod: dict) -> set[str]:
-        """The UIDs of the objects of this kind a pod belongs to: its controller reference, or for
-        a Job the Job's UID label once the Job is gone and the pod orphaned."""
-        uids = {ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
-                if ref.get("controller") and ref.get("kind") == self.kind.kind and ref.get("uid")}
-        if not uids and self.kind is K.JOBS:
-            labels = pod["metadata"].get("labels") or {}
-            uids = {labels[k] for k in JOB_UID_LABELS if labels.get(k)}
-        return uids
+
+def pod_set_infos(admission: Admission, flavors: dict[str, FlavorSpec]) -> dict[str, PodSetInfo]:
+    """Each admitted pod set's own flavors' nodeSelector and tolerations (`flavors`: the engine's
+    specs by name)."""
+    return {ps: PodSetInfo.from_flavors(ps, [flavors[f] for f in sorted(set(by_res.values())) if f in flavors])
+            for ps, by_res in admission.flavors.items()}
+
+
+BATCH_JOB = ManagedKind(registry.BY_FRAMEWORK["batch/job"])
 
 
 def batch_job() -> ManagedKind:
-    return ManagedKind(registry.BY_FRAMEWORK["batch/job"])
+    return BATCH_JOB
+
+
+def controller_ref(obj: dict) -> dict | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("uid"):
+            return ref
+    return None
+
+
+class PodOwners:
+    """Which objects a pod belongs to: the UIDs up its chain of controller ownerReferences through
+    the objects the controller's caches hold (pod -> Job -> JobSet, pod -> RayCluster -> RayJob,
+    pod -> Job -> JobSet -> TrainJob), each in the pod's namespace; an orphaned pod of a Job by the
+    Job's UID label."""
+
+    MAX_DEPTH = 4
+
+    def __init__(self, caches: dict[str, "Informer"]) -> None:
+        """`caches`: by kind (Job, JobSet, RayCluster, ...): the owners a chain may pass through."""
+        self.caches = caches
+
+    def chain(self, pod: dict) -> tuple[set[str], dict | None]:
+        """(the UIDs on the pod's chain, the reference where the chain breaks: an owner of a kind
+        the caches hold but not found there - deleted, or not seen yet - else None)."""
+        meta = pod.get("metadata") or {}
+        ns = meta.get("namespace") or ""
+        ref = controller_ref(pod)
+        if ref is None:
+            labels = meta.get("labels") or {}
+            return {labels[k] for k in JOB_UID_LABELS if labels.get(k)}, None
+        uids: set[str] = set()
+        for _ in range(self.MAX_DEPTH):
+            uids.add(ref["uid"])
+            cache = self.caches.get(ref.get("kind") or "")
+            if cache is None:
+                return uids, None
+            owner = cache.get(f"{ns}/{ref.get('name')}")
+            if owner is None or owner["metadata"].get("uid") != ref["uid"]:
+                return uids, ref
+            ref = controller_ref(owner)
+            if ref is None:
+                return uids, None
+        return uids, None
+
+    def uids(self, pod: dict) -> set[str]:
+        return self.chain(pod)[0]
+
+
+# Kinds whose objects sit between a kind's pods and the kind (besides Jobs, always watched): their
+# caches complete the chains, whether or not they are queued themselves.
+CHAIN_FRAMEWORKS = {"trainer.kubeflow.org/trainjob": ("jobset.x-k8s.io/jobset",),
+                    "ray.io/rayjob": ("ray.io/raycluster",)}
+# Enabled kinds the controller does not queue yet (log once): the pod-gated kinds are queued
+# through their pods (the pod integration), TrainJob needs its runtimes watched.
+NOT_YET = ("trainer.kubeflow.org/trainjob",)
+
+
+def managed_kinds(config: IntegrationsConfig) -> tuple[list[ManagedKind], list[ManagedKind], list[str]]:
+    """(the kinds the controller queues, the other kinds it watches as owners on pods' chains,
+    the enabled frameworks it leaves alone), from `integrations.frameworks`."""
+    managed, skipped = [], []
+    for integration in config.integrations():
+        if integration.hold != SUSPEND or integration.framework in NOT_YET:
+            skipped.append(integration.framework)
+        else:
+            managed.append(BATCH_JOB if integration.framework == "batch/job" else ManagedKind(integration))
+    names = {m.integration.framework for m in managed}
+    owners = [ManagedKind(registry.BY_FRAMEWORK[f]) for m in managed
+              for f in CHAIN_FRAMEWORKS.get(m.integration.framework, ()) if f not in names]
+    return managed, owners, skipped

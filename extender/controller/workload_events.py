@@ -22,7 +22,7 @@ class WorkloadEvents:
         nothing of it."""
         if not self.recovered:
             return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
+        st = self.state_of_workload(wl)
         if st is not None and st.wl_name == wl["metadata"]["name"]:
             self._follow_active(st, wl)
         if st is None or _reservation_view(old) == _reservation_view(wl):
@@ -53,14 +53,14 @@ class WorkloadEvents:
         again with a new Workload - whatever its labels say now."""
         if not self.recovered:
             return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
+        st = self.state_of_workload(wl)
         if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
             return
-        job = self.informers["jobs"].get(st.key)
+        job = self.job_steering.job(st)
         self._forget(st)
         if job is not None and job["metadata"]["uid"] == st.uid:
             log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
-            self._on_job(job, held=True)
+            self._on_job(job, held=True, kind=st.kind)
         self.mark_dirty()
 
 
