@@ -24,7 +24,7 @@ from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
+from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
@@ -114,6 +114,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
+        await self._skip_missing_kinds()
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
@@ -127,6 +128,24 @@ class Controller(RebuildFromApi, WorkloadEvents):
             self._elector_task = asyncio.create_task(self.elector.run(), name="controller:leader-election")
         else:
             await self.become_leader()
+
+    async def _skip_missing_kinds(self) -> None:
+        """A kind whose CRD is not installed (404 on a first list) is skipped with one log line, as
+        Kueue does: its informer is not started (the caches would wait for it forever). Installing
+        the CRD later takes a restart."""
+        for kind in list(self.crd_kinds):
+            try:
+                await self.kube.request("GET", kind.path(), query=[("limit", "1")])
+            except Exception as exc:  # noqa: BLE001 - any other failure: the informer retries it
+                if not is_status(exc, 404):
+                    continue
+                log.info("No matching API in the server for job framework, skipped setup of controller: %s.%s/%s",
+                         kind.plural, kind.group, kind.version)
+                self.crd_kinds.remove(kind)
+                self.informers.pop(kind.name, None)
+                self.pod_owners.caches.pop(kind.kind, None)
+                self.kinds = [k for k in self.kinds if k.kind is not kind]
+                self.kinds_by_kind.pop(kind.kind, None)
 
     async def stop(self) -> None:
         if self._elector_task is not None:

@@ -51,6 +51,7 @@ class JobSteering:
         self.mark_dirty = mark_dirty
         self.resubmit_backoff = resubmit_backoff
         self.pods_by_owner: dict[str, set[str]] = {}
+        self._indexed: dict[str, set[str]] = {}  # pod key -> the owners it is counted under
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
         self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
@@ -60,15 +61,21 @@ class JobSteering:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             self.on_pod_delete(pod)  # a terminated pod holds nothing
             return
-        for uid in self._owners(pod):
-            self.pods_by_owner.setdefault(uid, set()).add(object_key(pod))
+        key = object_key(pod)
+        # every owner it was ever seen under: its chain may break later (a RayJob's RayCluster deleted
+        # before its pods), and its end must still reach the owners at the top
+        uids = self._indexed.setdefault(key, set())
+        uids |= self._owners(pod)
+        for uid in uids:
+            self.pods_by_owner.setdefault(uid, set()).add(key)
             self.poke(uid)
 
     def on_pod_delete(self, pod: dict) -> None:
-        for uid in self._owners(pod):
+        key = object_key(pod)
+        for uid in self._indexed.pop(key, set()) | self._owners(pod):
             pods = self.pods_by_owner.get(uid)
             if pods is not None:
-                pods.discard(object_key(pod))
+                pods.discard(key)
                 if not pods:
                     del self.pods_by_owner[uid]
             self.poke(uid)
