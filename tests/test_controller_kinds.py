@@ -170,6 +170,8 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
             await h.kube.delete(K.JOBS, "team-a", "urgent")
             await eventually(life.running, timeout=10, what="resumed")
             life.assert_admitted_with_a_flavor_per_pod_set()
+            await eventually(lambda: len(life.pods()) == sum(c for c, _ in sample.pod_sets.values()),
+                             what="its pods made again")
 
             # finished
             if sample.finished_status is not None:
