@@ -29,6 +29,10 @@ from tests.workload_kinds import RAYCLUSTER, Sample
 
 log = logging.getLogger("tests.kind_controllers")
 POD_SET = "test.gpuqueue.io/pod-set"  # which pod set a stand-in made a pod or child Job for
+# How each kind makes the pods of a pod set its Sample does not describe, and the label its
+# controller puts on them.
+DEFAULT_VIA = {"JobSet": "Job"}
+POD_SET_LABEL = {"JobSet": "jobset.sigs.k8s.io/replicatedjob-name", "PyTorchJob": "training.kubeflow.org/replica-type"}
 
 
 def _ref(obj: dict) -> dict:
@@ -91,8 +95,9 @@ class KindControllers:
         jobs = [j for j in (await self.kube.request("GET", K.JOBS.path(ns))).get("items") or ()
                 if _controlled_by(j, uid)]
         for ps in integ.pod_sets(obj):
-            via = sample.via.get(ps.name)
-            labels = {**sample.pod_labels.get(ps.name, {}), POD_SET: ps.name}
+            via = sample.via.get(ps.name, DEFAULT_VIA.get(obj["kind"]))
+            default = {POD_SET_LABEL[obj["kind"]]: ps.name} if obj["kind"] in POD_SET_LABEL else {}
+            labels = {**sample.pod_labels.get(ps.name, default), POD_SET: ps.name}
             if via is None:
                 await self._pods(obj, ps, labels, [p for p in pods if (p["metadata"].get("labels") or {}).get(
                     POD_SET) == ps.name], 0 if suspended else ps.count)
