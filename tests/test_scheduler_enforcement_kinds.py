@@ -1,0 +1,112 @@
+"""Enforcement over a kind other than Jobs, through the controller's caches and the extender over
+TLS: a JobSet's pods are judged against their own pod set (its driver on the cpu flavor's nodes,
+its workers on the GPU flavor's, each within its own pod set's count and per-pod requests); a pod a
+tenant adds beyond a pod set's count, or one claiming a pod set it does not fit, gets no node."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from gpuqueue.extender.controller.controller import Controller
+from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.scheduler import app as extender_app
+from gpuqueue.extender.scheduler.view import ADMITTED
+from gpuqueue.jobframework.names import workload_name
+from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
+from tests.controller_support import FAST, Harness, eventually
+from tests.extender_support import extender_cert_dir, post, scheduler_context
+from tests.kind_controllers import KindControllers
+from tests.test_controller_kinds import CPU_NODES, GH200, quota_objects
+from tests.test_scheduler_enforcement import Cluster
+from tests.workload_kinds import GPU, JOBSET
+
+ZONE = {"topology.kubernetes.io/zone": "a"}  # the JobSet's workers ask for it themselves
+GPU_NODES = ["gh200-node-1", "gh200-node-2"]
+CPU_NODE = "cpu-node-1"
+ALL = [*GPU_NODES, CPU_NODE]
+
+
+def nodes() -> list[dict]:
+    gpu = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {**GH200, **ZONE}},
+            "status": {"allocatable": {"cpu": "72", "memory": "480Gi", GPU: "4", "pods": "110"}}} for n in GPU_NODES]
+    return gpu + [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": CPU_NODE, "labels": CPU_NODES},
+                   "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}]
+
+
+def pod_set_pods(c: Cluster, pod_set: str) -> list[dict]:
+    return [p for p in c.h.api.cluster.store.kind("pods").values()
+            if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") == pod_set]
+
+
+async def test_a_jobsets_pods_are_held_to_their_own_pod_sets(tmp_path):
+    async with Harness() as h:
+        h.api.install_crds(*JOBSET.crds)
+        for obj in [*quota_objects(8), *nodes()]:
+            await h.apply(obj)
+        options = dataclasses.replace(FAST, integrations=IntegrationsConfig(("batch/job", "jobset.x-k8s.io/jobset")))
+        ctl = Controller(client.ApiClient(h.api.client_configuration()), options, identity="test")
+        h.controllers.append(ctl)
+        view = ControllerClusterView(ctl)
+        await ctl.start()
+        await ctl.wait_synced()
+        cert_dir = extender_cert_dir(tmp_path)
+        server = await extender_app.start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as s, \
+                    KindControllers(h.kube, [JOBSET]):
+                c = Cluster(h, ctl, view, f"https://127.0.0.1:{server.addresses[0][1]}", s)
+                jobset = await h.kube.create(kind_of(BY_KIND["JobSet"]), "team-a", JOBSET.fresh())
+                uid = jobset["metadata"]["uid"]
+                await eventually(lambda: getattr(view.workload_owned_by(uid), "state", None) == ADMITTED,
+                                 what="admitted, as the extender sees it")
+                await eventually(lambda: len(pod_set_pods(c, "workers")) == 8 and len(pod_set_pods(c, "driver")) == 1,
+                                 what="the JobSet's pods made through its Jobs")
+                workers, (driver,) = pod_set_pods(c, "workers"), pod_set_pods(c, "driver")
+                for pod in [*workers, driver]:
+                    await c.known(pod)
+
+                # each pod set on its own flavor's nodes
+                answer = await c.filter(driver, ALL)
+                assert answer["NodeNames"] == [CPU_NODE], answer
+                for pod in workers:
+                    fits = (await c.filter(pod, ALL))["NodeNames"]
+                    assert fits and set(fits) <= set(GPU_NODES), fits
+                    await c.bound(pod, fits[0])
+                await c.bound(driver, CPU_NODE)
+
+                # a ninth worker, made by the tenant under the workers' Job: its pod set is full
+                job = c.h.job("team-a", "train-workers")
+                extra = {"metadata": {"name": "train-workers-extra", "namespace": "team-a",
+                                      "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "workers"},
+                                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                                                           "name": job["metadata"]["name"],
+                                                           "uid": job["metadata"]["uid"]}]},
+                         "spec": {**workers[0]["spec"], "nodeName": None}}
+                extra["spec"].pop("nodeName")
+                extra = await c.create_pod(extra)
+                answer = await c.filter(extra, ALL)
+                assert answer["NodeNames"] == [] and "pod set workers" in str(answer["FailedAndUnresolvableNodes"]), answer
+                # a GPU pod under the driver's Job: the driver's pod set admits no GPU
+                driver_job = c.h.job("team-a", "train-driver")
+                sneaky = {"metadata": {"name": "train-driver-gpu", "namespace": "team-a",
+                                       "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "driver"},
+                                       "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                                                            "name": driver_job["metadata"]["name"],
+                                                            "uid": driver_job["metadata"]["uid"]}]},
+                          "spec": {"restartPolicy": "Never", "containers": [
+                              {"name": "x", "image": "x", "resources": {"limits": {GPU: "1"}}}]}}
+                sneaky = await c.create_pod(sneaky)
+                answer = await c.filter(sneaky, ALL)
+                assert answer["NodeNames"] == [], answer
+                wl = f"team-a/{workload_name('JobSet', 'jobset.x-k8s.io', 'train', uid)}"
+                assert (await c.filter(extra, ALL))["FailedAndUnresolvableNodes"][CPU_NODE] == (
+                    f"gpuqueue: pod set workers of workload {wl} is admitted for 8 pods and 8 already run")
+                assert answer["FailedAndUnresolvableNodes"][CPU_NODE] == (
+                    f"gpuqueue: pod team-a/train-driver-gpu requests 1 nvidia.com/gpu but pod set driver of "
+                    f"workload {wl} is admitted for 0 per pod")
+        finally:
+            await server.cleanup()
