@@ -194,3 +194,28 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
         assert h.observer.violations == []
         await h.pods.held()
         assert ctl.job_steering.refused == []
+
+
+async def test_a_kind_whose_crd_is_not_installed_is_skipped_with_one_log_line(caplog):
+    """As Kueue: the controller starts without it (its caches would otherwise wait for it
+    forever), says so once, and queues the kinds that are there."""
+    frameworks = ("batch/job", "jobset.x-k8s.io/jobset", "ray.io/rayjob", "trainer.kubeflow.org/trainjob")
+    caplog.set_level("INFO", logger="gpuqueue.controller")
+    async with Harness() as h:
+        h.api.install_crds(*RAYJOB.crds)  # RayJobs are there, their RayClusters' CRD and JobSets' are not
+        for obj in quota_objects(16):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=IntegrationsConfig(frameworks)))
+        await eventually(lambda: ctl.ready, what="ready without the missing kinds")
+        skipped = [r.getMessage() for r in caplog.records if "No matching API" in r.getMessage()]
+        assert skipped == [
+            "No matching API in the server for job framework, skipped setup of controller: jobsets.jobset.x-k8s.io/v1alpha2",
+            "No matching API in the server for job framework, skipped setup of controller: rayclusters.ray.io/v1"]
+        assert [m for r in caplog.records if "trainjob" in (m := r.getMessage())] == [
+            "integration trainer.kubeflow.org/trainjob is enabled but not queued by the controller yet: its "
+            "workloads are not admitted (their GPU pods are refused a node)"]
+        assert [r.getMessage() for r in caplog.records if "pods come through" in r.getMessage()] == [
+            "integration ray.io/rayjob skipped: its pods come through rayclusters.ray.io, which is not installed"]
+        assert [k.kind.kind for k in ctl.kinds] == ["Job"]
+        await h.submit(preemptor(1))
+        await eventually(lambda: h.running("team-a", "urgent"), what="a Job still queued")

@@ -28,7 +28,9 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind, PodOwners, controller_ref, managed_kinds
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, CHAIN_FRAMEWORKS, ManagedKind, PodOwners,
+                                                        controller_ref, managed_kinds)
+from gpuqueue.jobframework.registry import BY_FRAMEWORK
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
@@ -133,19 +135,30 @@ class Controller(RebuildFromApi, WorkloadEvents):
         """A kind whose CRD is not installed (404 on a first list) is skipped with one log line, as
         Kueue does: its informer is not started (the caches would wait for it forever). Installing
         the CRD later takes a restart."""
+        missing = []
         for kind in list(self.crd_kinds):
             try:
                 await self.kube.request("GET", kind.path(), query=[("limit", "1")])
             except Exception as exc:  # noqa: BLE001 - any other failure: the informer retries it
-                if not is_status(exc, 404):
-                    continue
-                log.info("No matching API in the server for job framework, skipped setup of controller: %s.%s/%s",
-                         kind.plural, kind.group, kind.version)
-                self.crd_kinds.remove(kind)
-                self.informers.pop(kind.name, None)
-                self.pod_owners.caches.pop(kind.kind, None)
-                self.kinds = [k for k in self.kinds if k.kind is not kind]
-                self.kinds_by_kind.pop(kind.kind, None)
+                if is_status(exc, 404):
+                    log.info("No matching API in the server for job framework, skipped setup of controller: "
+                             "%s.%s/%s", kind.plural, kind.group, kind.version)
+                    missing.append(kind)
+        # a kind whose pods come through a missing one (a RayJob's through RayClusters) could not
+        # tell its pods: skipped too
+        for managed in self.kinds:
+            needs = [m for m in missing for f in CHAIN_FRAMEWORKS.get(managed.integration.framework, ())
+                     if BY_FRAMEWORK[f].plural == m.plural and BY_FRAMEWORK[f].group == m.group]
+            if needs and managed.kind not in missing:
+                log.info("integration %s skipped: its pods come through %s.%s, which is not installed",
+                         managed.integration.framework, needs[0].plural, needs[0].group)
+                missing.append(managed.kind)
+        for kind in missing:
+            self.crd_kinds.remove(kind)
+            self.informers.pop(kind.name, None)
+            self.pod_owners.caches.pop(kind.kind, None)
+            self.kinds = [k for k in self.kinds if k.kind is not kind]
+            self.kinds_by_kind.pop(kind.kind, None)
 
     async def stop(self) -> None:
         if self._elector_task is not None:
