@@ -64,6 +64,7 @@ QUEUED_KINDS = (
     ("jobset.x-k8s.io", "jobsets", "JobSet"),
     ("kubeflow.org", "pytorchjobs", "PyTorchJob"),
     ("kubeflow.org", "mpijobs", "MPIJob"),
+    ("trainer.kubeflow.org", "trainjobs", "TrainJob"),
     ("ray.io", "rayjobs", "RayJob"),
     ("ray.io", "rayclusters", "RayCluster"),
 )
@@ -94,6 +95,8 @@ API_ACCESS: tuple[ApiAccess, ...] = (
       for group, plural, kind in QUEUED_KINDS),
     *(_a("extender", group, f"{plural}/finalizers", "update", f"create Workloads owned by a {kind} with blockOwnerDeletion")
       for group, plural, kind in QUEUED_KINDS),
+    _a("extender", "trainer.kubeflow.org", "clustertrainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
+    _a("extender", "trainer.kubeflow.org", "trainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
     _a("extender", KUEUE, "workloads", LIST_WATCH + " get create update delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),
     _a("extender", KUEUE, "workloads/status", "update", "admission, conditions"),
     _a("extender", KUEUE, "clusterqueues", LIST_WATCH + " get", "quota"),

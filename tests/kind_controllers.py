@@ -25,7 +25,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_KIND
-from tests.workload_kinds import RAYCLUSTER, Sample
+from tests.workload_kinds import JOBSET, RAYCLUSTER, Sample
 
 log = logging.getLogger("tests.kind_controllers")
 POD_SET = "test.gpuqueue.io/pod-set"  # which pod set a stand-in made a pod or child Job for
@@ -51,6 +51,8 @@ class KindControllers:
         self.samples = {s.kind: s for s in samples}
         if "RayJob" in self.samples:
             self.samples.setdefault("RayCluster", RAYCLUSTER)  # KubeRay runs the RayJob's RayCluster
+        if "TrainJob" in self.samples:
+            self.samples.setdefault("JobSet", JOBSET)  # the TrainJob's JobSet, run by JobSet's controller
         self.period = period
         self._task: asyncio.Task | None = None
         self.errors: list[str] = []
@@ -87,6 +89,9 @@ class KindControllers:
     async def sync(self, obj: dict, sample: Sample) -> None:
         integ = BY_KIND[obj["kind"]]
         if integ.finished(obj) is not None:
+            return
+        if obj["kind"] == "TrainJob":
+            await self._train_job(obj)
             return
         ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
         suspended = integ.is_suspended(obj)
@@ -143,6 +148,35 @@ class KindControllers:
             "spec": {"parallelism": ps.count, "completions": ps.count, "template": template}}
         await self.kube.create(K.JOBS, ns, body)
 
+    async def _train_job(self, obj: dict) -> None:
+        """Trainer's controller: the runtime's JobSet with every runtimePatch applied (Kueue's too:
+        that is where the admitted flavor is), owned by the TrainJob; deleted when suspended."""
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        kind = kind_of(BY_KIND["JobSet"])
+        jobsets = [j for j in (await self.kube.request("GET", kind.path(ns))).get("items") or ()
+                   if _controlled_by(j, obj["metadata"]["uid"])]
+        if BY_KIND["TrainJob"].is_suspended(obj):
+            for js in jobsets:
+                await self.kube.delete(kind, ns, js["metadata"]["name"])
+            return
+        if jobsets:
+            return
+        spec = (await self.rendered_train_job(obj))["spec"]["template"]["spec"]
+        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": name, "ownerReferences": [_ref(obj)]}, "spec": spec}
+        await self.kube.create(kind, ns, body)
+
+    async def rendered_train_job(self, obj: dict) -> dict:
+        return effective_train_job(obj, await self.runtime_lookup(obj))
+
+    async def runtime_lookup(self, obj: dict):
+        ref = obj["spec"]["runtimeRef"]
+        runtime_kind = ref.get("kind") or "ClusterTrainingRuntime"
+        k = K.Kind(runtime_kind.lower() + "s", "trainer.kubeflow.org", "v1alpha1", runtime_kind.lower() + "s",
+                   runtime_kind == "TrainingRuntime", runtime_kind)
+        runtime = await self.kube.get(k, obj["metadata"]["namespace"] if k.namespaced else None, ref["name"])
+        return lambda kind, namespace, name: runtime
+
     async def _ray_cluster(self, obj: dict, suspended: bool) -> None:
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         kind = kind_of(BY_KIND["RayCluster"])
@@ -174,3 +208,21 @@ class KindControllers:
         if status != (obj.get("status") or {}):
             body = {**obj, "status": status}
             await self.kube.replace(kind_of(BY_KIND[obj["kind"]]), body, "status")
+
+
+def as_applied(obj: dict) -> dict:
+    """A TrainJob as Trainer applies it: Kueue's own runtimePatch counted like any other (the
+    integration leaves it out of the pod sets: it is not what the TrainJob asks for); other kinds
+    as they are."""
+    from gpuqueue.jobframework.kinds.trainjob import KUEUE_MANAGER
+    if not (obj.get("spec") or {}).get("runtimePatches"):
+        return obj
+    shown = copy.deepcopy(obj)
+    for patch in (shown.get("spec") or {}).get("runtimePatches") or ():
+        if patch.get("manager") == KUEUE_MANAGER:
+            patch["manager"] = "as-applied"
+    return shown
+
+
+def effective_train_job(obj: dict, lookup) -> dict:
+    return BY_KIND["TrainJob"].rendered(as_applied(obj), lookup)

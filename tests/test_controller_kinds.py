@@ -13,12 +13,12 @@ import pytest
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.managed_kinds import RUNTIMES, kind_of
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.kind_controllers import KindControllers
-from tests.workload_kinds import GPU, JOBSET, MPIJOB, PYTORCHJOB, RAYCLUSTER, RAYJOB, Sample
+from tests.kind_controllers import KindControllers, as_applied
+from tests.workload_kinds import GPU, JOBSET, MPIJOB, PYTORCHJOB, RAYCLUSTER, RAYJOB, TRAINJOB, Sample
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 CPU_NODES = {"node-pool": "cpu"}
@@ -74,9 +74,19 @@ class Life:
         self.name = sample.obj["metadata"]["name"]
 
     async def create(self) -> None:
+        related = {}
+        for obj in self.sample.related:  # a TrainJob's runtime
+            kind = next(k for ks in RUNTIMES.values() for k in ks if k.kind == obj["kind"])
+            related[(obj["kind"], obj["metadata"]["name"])] = await self.h.kube.create(
+                kind, obj["metadata"].get("namespace"), obj)
+        self.lookup = lambda kind, namespace, name: related.get((kind, name))
         self.created = await self.h.kube.create(self.kind, "team-a", self.sample.fresh())
-        self.own = {ps.name: ps.template for ps in self.integ.pod_sets(self.created)}
+        self.own = self.templates(self.created)
         self.wl_name = workload_name(self.integ.kind, self.integ.group, self.name, self.created["metadata"]["uid"])
+
+    def templates(self, obj: dict, applied: bool = False) -> dict:
+        """Each pod set's template as the object asks for it, or (`applied`) as its pods get it."""
+        return {ps.name: ps.template for ps in self.integ.pod_sets(as_applied(obj) if applied else obj, self.lookup)}
 
     def obj(self) -> dict:
         return self.h.api.cluster.store.get(self.storage, ("team-a", self.name))
@@ -103,8 +113,10 @@ class Life:
         assignments = {psa["name"]: psa for psa in wl["status"]["admission"]["podSetAssignments"]}
         assert set(assignments) == set(self.sample.pod_sets)
         labels = {"cpu-nodes": CPU_NODES, "gh200": GH200}
-        for ps in self.integ.pod_sets(self.obj()):
-            count, per_pod = self.sample.pod_sets[ps.name]
+        for name, template in self.templates(self.obj(), applied=True).items():
+            count, per_pod = self.sample.pod_sets[name]
+            ps = dataclasses.replace(self.integ.pod_sets(as_applied(self.obj()), self.lookup)[0], name=name,
+                                     template=template)
             psa = assignments[ps.name]
             assert psa["count"] == count
             flavors = set(psa["flavors"].values())
@@ -122,10 +134,12 @@ class Life:
     def assert_restored(self) -> None:
         obj = self.obj()
         assert self.integ.is_suspended(obj)
-        assert {ps.name: ps.template for ps in self.integ.pod_sets(obj)} == self.own
+        assert self.templates(obj) == self.own
 
 
-LIVES = [JOBSET, PYTORCHJOB, MPIJOB, RAYCLUSTER, RAYJOB]
+LIVES = [JOBSET, PYTORCHJOB, MPIJOB, TRAINJOB, RAYCLUSTER, RAYJOB]
+# the CRDs a kind needs besides its own: the owners on its pods' chains, its runtimes
+NEEDS = {"RayJob": RAYCLUSTER.crds, "TrainJob": ("trainingruntimes.trainer.kubeflow.org", *JOBSET.crds)}
 
 
 @pytest.mark.parametrize("sample", LIVES, ids=[s.kind for s in LIVES])
@@ -133,7 +147,7 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
     gpus = total_gpus(sample)
     frameworks = ("batch/job", BY_KIND[sample.kind].framework)
     async with Harness() as h:
-        h.api.install_crds(*sample.crds, *(RAYCLUSTER.crds if sample is RAYJOB else ()))
+        h.api.install_crds(*sample.crds, *NEEDS.get(sample.kind, ()))
         for obj in quota_objects(gpus):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(FAST, integrations=IntegrationsConfig(frameworks)))
@@ -162,8 +176,7 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
                              and "admission" not in life.workload()["status"], what="requeued")
             assert W.condition(life.workload(), "Preempted")["status"] == "True" or \
                 W.condition(life.workload(), "Evicted")["reason"] == "Preempted"
-            await eventually(lambda: life.integ.is_suspended(life.obj()) and
-                             {ps.name: ps.template for ps in life.integ.pod_sets(life.obj())} == life.own,
+            await eventually(lambda: life.integ.is_suspended(life.obj()) and life.templates(life.obj(), True) == life.own,
                              what="its templates restored")
 
             # resumed once the preemptor is gone
@@ -208,14 +221,13 @@ async def test_a_kind_whose_crd_is_not_installed_is_skipped_with_one_log_line(ca
         ctl = await h.controller(dataclasses.replace(FAST, integrations=IntegrationsConfig(frameworks)))
         await eventually(lambda: ctl.ready, what="ready without the missing kinds")
         skipped = [r.getMessage() for r in caplog.records if "No matching API" in r.getMessage()]
-        assert skipped == [
-            "No matching API in the server for job framework, skipped setup of controller: jobsets.jobset.x-k8s.io/v1alpha2",
-            "No matching API in the server for job framework, skipped setup of controller: rayclusters.ray.io/v1"]
-        assert [m for r in caplog.records if "trainjob" in (m := r.getMessage())] == [
-            "integration trainer.kubeflow.org/trainjob is enabled but not queued by the controller yet: its "
-            "workloads are not admitted (their GPU pods are refused a node)"]
-        assert [r.getMessage() for r in caplog.records if "pods come through" in r.getMessage()] == [
-            "integration ray.io/rayjob skipped: its pods come through rayclusters.ray.io, which is not installed"]
+        assert sorted(skipped) == [f"No matching API in the server for job framework, skipped setup of controller: {k}"
+                                   for k in ("clustertrainingruntimes.trainer.kubeflow.org/v1alpha1",
+                                             "jobsets.jobset.x-k8s.io/v1alpha2", "rayclusters.ray.io/v1",
+                                             "trainingruntimes.trainer.kubeflow.org/v1alpha1",
+                                             "trainjobs.trainer.kubeflow.org/v1alpha1")]
+        assert [r.getMessage() for r in caplog.records if "skipped: it needs" in r.getMessage()] == [
+            "integration ray.io/rayjob skipped: it needs rayclusters.ray.io, which is not installed"]
         assert [k.kind.kind for k in ctl.kinds] == ["Job"]
         await h.submit(preemptor(1))
         await eventually(lambda: h.running("team-a", "urgent"), what="a Job still queued")

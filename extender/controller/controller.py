@@ -28,9 +28,8 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, CHAIN_FRAMEWORKS, ManagedKind, PodOwners,
-                                                        controller_ref, managed_kinds)
-from gpuqueue.jobframework.registry import BY_FRAMEWORK
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners, controller_ref,
+                                                        informer_lookup, managed_kinds)
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
@@ -61,21 +60,25 @@ class Controller(RebuildFromApi, WorkloadEvents):
                             concurrency=self.options.concurrency, request_timeout=self.options.request_timeout)
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
-        # the kinds it queues (integrations.frameworks) and the other owners on their pods' chains
-        self.kinds, owner_kinds, skipped = managed_kinds(self.options.integrations)
-        for framework in skipped:
+        # the kinds it queues (integrations.frameworks), the owners on their pods' chains, runtimes
+        enabled = managed_kinds(self.options.integrations)
+        for framework in enabled.skipped:
             log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
                      "admitted (their GPU pods are refused a node)", framework)
+        self.kinds = enabled.managed
         self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
-        for kind in (*K.WATCHED, *(k.kind for k in (*self.kinds, *owner_kinds) if k.kind is not K.JOBS)):
+        self.needs = enabled.needs
+        self.crd_kinds = enabled.watched
+        for kind in (*K.WATCHED, *self.crd_kinds):
             fn, args = kind.list_call(api)
             self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
                                                  backoff_initial=self.options.watch_backoff_initial,
                                                  backoff_max=self.options.watch_backoff_max,
                                                  transform=transform_for(kind.name))
-        self.crd_kinds = [k.kind for k in (*self.kinds, *owner_kinds) if k.kind is not K.JOBS]
-        self.pod_owners = PodOwners({k.kind.kind: self.informers[k.kind.name]
-                                     for k in (BATCH_JOB, *self.kinds, *owner_kinds)})
+        for managed in self.kinds:
+            if managed.integration.framework in RUNTIMES:
+                managed.lookup = informer_lookup(self.informers, RUNTIMES[managed.integration.framework])
+        self.pod_owners = PodOwners({k.kind: self.informers[k.name] for k in (K.JOBS, *self.crd_kinds)})
         self.owned = OwnedWorkloads(self.informers["workloads"])  # first of the Workloads' handlers
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
@@ -144,13 +147,12 @@ class Controller(RebuildFromApi, WorkloadEvents):
                     log.info("No matching API in the server for job framework, skipped setup of controller: "
                              "%s.%s/%s", kind.plural, kind.group, kind.version)
                     missing.append(kind)
-        # a kind whose pods come through a missing one (a RayJob's through RayClusters) could not
-        # tell its pods: skipped too
+        # a kind that reads a missing one (a RayJob's pods come through RayClusters, a TrainJob's pod
+        # sets from its runtime) could not be queued: skipped too
         for managed in self.kinds:
-            needs = [m for m in missing for f in CHAIN_FRAMEWORKS.get(managed.integration.framework, ())
-                     if BY_FRAMEWORK[f].plural == m.plural and BY_FRAMEWORK[f].group == m.group]
+            needs = [k for k in self.needs.get(managed.integration.framework, ()) if k in missing]
             if needs and managed.kind not in missing:
-                log.info("integration %s skipped: its pods come through %s.%s, which is not installed",
+                log.info("integration %s skipped: it needs %s.%s, which is not installed",
                          managed.integration.framework, needs[0].plural, needs[0].group)
                 missing.append(managed.kind)
         for kind in missing:

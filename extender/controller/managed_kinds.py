@@ -10,6 +10,7 @@ is given as it was.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -20,7 +21,8 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
 from gpuqueue.jobframework import registry
-from gpuqueue.jobframework.integration import SUSPEND, Integration, TemplatedJob, dotted
+from gpuqueue.jobframework.integration import SUSPEND, Integration, Lookup, TemplatedJob, dotted
+from gpuqueue.jobframework.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME
 from gpuqueue.jobframework.managed import job_queue_name
 from gpuqueue.jobframework.podset import PodSet, PodSetInfo
 from gpuqueue.jobframework.registry import IntegrationsConfig
@@ -42,6 +44,7 @@ def kind_of(integration: Integration) -> K.Kind:
 class ManagedKind:
     def __init__(self, integration: Integration) -> None:
         self.integration = integration
+        self.lookup: Lookup | None = None  # what its pod sets are read from besides itself (a TrainJob's runtime)
         self.kind = K.JOBS if integration.framework == "batch/job" else kind_of(integration)
         self._templates: dict[bytes, core.PodTemplateSpec] = {}
 
@@ -80,7 +83,7 @@ class ManagedKind:
             return {}
 
     def _models(self, obj: dict, own: bool = False) -> list[tuple[PodSet, core.PodTemplateSpec]]:
-        sets = self.integration.own_pod_sets(obj) if own else self.integration.pod_sets(obj)
+        sets = self.integration.own_pod_sets(obj, self.lookup) if own else self.integration.pod_sets(obj, self.lookup)
         paths = self._paths(obj)
         return [(ps, self.template_model(ps.template, paths.get(ps.name, f"pod set {ps.name}: template")))
                 for ps in sets]
@@ -93,14 +96,14 @@ class ManagedKind:
     def workload_pod_sets(self, obj: dict) -> list[dict]:
         """The Workload's `spec.podSets`: its own pod templates (without any flavor's)."""
         return [{"name": ps.name, "count": ps.count, "template": ps.template}
-                for ps in self.integration.own_pod_sets(obj)]
+                for ps in self.integration.own_pod_sets(obj, self.lookup)]
 
     def priority(self, obj: dict, priorities: convert.PriorityResolver) -> int:
         """Kueue's: the WorkloadPriorityClass label, the PriorityClass its pods ask for, their
         priority, the global default."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
         pod_priority = next((m.spec.priority for _, m in self._models(obj) if m.spec.priority is not None), None)
-        return priorities.priority_for(labels, self.integration.priority_class_name(obj), pod_priority)
+        return priorities.priority_for(labels, self.integration.priority_class_name(obj, self.lookup), pod_priority)
 
     @staticmethod
     def queue_name(obj: dict) -> str | None:
@@ -197,21 +200,51 @@ class PodOwners:
 # caches complete the chains, whether or not they are queued themselves.
 CHAIN_FRAMEWORKS = {"trainer.kubeflow.org/trainjob": ("jobset.x-k8s.io/jobset",),
                     "ray.io/rayjob": ("ray.io/raycluster",)}
-# Enabled kinds the controller does not queue yet (log once): the pod-gated kinds are queued
-# through their pods (the pod integration), TrainJob needs its runtimes watched.
-NOT_YET = ("trainer.kubeflow.org/trainjob",)
+# What else a kind's pod sets are read from: a TrainJob's runtime (Lookup's kind -> where it lives).
+RUNTIMES = {"trainer.kubeflow.org/trainjob": (
+    K.Kind("clustertrainingruntimes", "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", False,
+           CLUSTER_RUNTIME),
+    K.Kind("trainingruntimes", "trainer.kubeflow.org", "v1alpha1", "trainingruntimes", True, NAMESPACED_RUNTIME))}
 
 
-def managed_kinds(config: IntegrationsConfig) -> tuple[list[ManagedKind], list[ManagedKind], list[str]]:
-    """(the kinds the controller queues, the other kinds it watches as owners on pods' chains,
-    the enabled frameworks it leaves alone), from `integrations.frameworks`."""
+@dataclass
+class EnabledKinds:
+    """What `integrations.frameworks` asks the controller to watch."""
+
+    managed: list[ManagedKind]  # the kinds it queues
+    needs: dict[str, list[K.Kind]]  # by framework: the other kinds it reads (owners on its pods' chains, runtimes)
+    skipped: list[str]  # enabled frameworks it does not queue: the pod-gated kinds (the pod integration)
+
+    @property
+    def watched(self) -> list[K.Kind]:
+        """Every kind to watch besides the controller's own (Jobs among them), once each."""
+        out: dict[str, K.Kind] = {}
+        for kind in (*(m.kind for m in self.managed), *(k for ks in self.needs.values() for k in ks)):
+            if kind is not K.JOBS:
+                out.setdefault(kind.name, kind)
+        return list(out.values())
+
+
+def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
     managed, skipped = [], []
     for integration in config.integrations():
-        if integration.hold != SUSPEND or integration.framework in NOT_YET:
+        if integration.hold != SUSPEND:
             skipped.append(integration.framework)
         else:
             managed.append(BATCH_JOB if integration.framework == "batch/job" else ManagedKind(integration))
-    names = {m.integration.framework for m in managed}
-    owners = [ManagedKind(registry.BY_FRAMEWORK[f]) for m in managed
-              for f in CHAIN_FRAMEWORKS.get(m.integration.framework, ()) if f not in names]
-    return managed, owners, skipped
+    needs = {m.integration.framework: [kind_of(registry.BY_FRAMEWORK[f])
+                                       for f in CHAIN_FRAMEWORKS.get(m.integration.framework, ())]
+             + list(RUNTIMES.get(m.integration.framework, ())) for m in managed}
+    return EnabledKinds(managed, needs, skipped)
+
+
+def informer_lookup(informers: dict[str, "Informer"], kinds: tuple[K.Kind, ...]):
+    """A Lookup (integration.Lookup) over the informers of `kinds`, by Kind.kind."""
+    by_kind = {k.kind: k for k in kinds}
+
+    def lookup(kind: str, namespace: str, name: str) -> dict | None:
+        k = by_kind.get(kind)
+        inf = informers.get(k.name) if k is not None else None
+        return inf.get(f"{namespace}/{name}" if namespace else name) if inf is not None else None
+
+    return lookup

@@ -23,6 +23,7 @@ from gpuqueue.extender.scheduler.ownership import count_key
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
                                               Violation, WorkloadEntry)
 from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
+from gpuqueue.jobframework.registry import BY_KIND
 
 if TYPE_CHECKING:
     from gpuqueue.extender.controller.controller import Controller
@@ -205,7 +206,8 @@ class ControllerClusterView(CacheView):
         on("pods", self.upsert_pod, self.remove_pod)
         on("jobs", self.upsert_job, self.remove_job)
         for kind in ctl.crd_kinds:  # every other kind it queues, and the owners between them and their pods
-            on(kind.name, functools.partial(self.upsert_owner, kind.kind), self.remove_job)
+            if kind.kind in BY_KIND:
+                on(kind.name, functools.partial(self.upsert_owner, kind.kind), self.remove_job)
         on("workloads", self.upsert_workload, self.remove_workload)
         on("clusterqueues", lambda obj: self.cluster_queues_changed(), lambda obj: self.cluster_queues_changed())
         on("resourceflavors", self._flavors_changed, self._flavors_changed)

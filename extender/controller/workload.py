@@ -138,7 +138,7 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     wpc = labels.get(PRIORITY_CLASS_LABEL)
     if wpc and wpc in workload_classes:
         return wpc, "kueue.x-k8s.io/workloadpriorityclass"
-    pc = kind.integration.priority_class_name(job)
+    pc = kind.integration.priority_class_name(job, kind.lookup)
     if pc and pc in pod_classes:
         return pc, "scheduling.k8s.io/priorityclass"
     return None
