@@ -370,13 +370,13 @@ async def eventually(cond, timeout: float = 5.0, what: str = "condition") -> Non
     raise AssertionError(f"{what}: not met within {timeout}s")
 
 
-async def flame_running(h: "Harness") -> tuple[Controller, list[tuple[str, str]]]:
+async def flame_running(h: "Harness", identity: str = "test") -> tuple[Controller, list[tuple[str, str]]]:
     """FLAME's objects applied, a controller started and its six Jobs submitted and unsuspended:
     the controller and the Jobs' keys."""
     objects, jobs, _ = scenario("flame.yaml")
     for obj in objects:
         await h.apply(obj)
-    ctl = await h.controller()
+    ctl = await h.controller(identity=identity)
     for job in jobs:
         await h.submit(job)
     keys = [job_key(j) for j in jobs]

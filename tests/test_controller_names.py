@@ -10,7 +10,7 @@ import hashlib
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.jobframework.names import workload_name
-from tests.controller_support import Harness, eventually, job_key, scenario
+from tests.controller_support import Harness, eventually, flame_running, job_key, scenario
 
 WORKLOADS = "workloads.kueue.x-k8s.io"
 
@@ -24,18 +24,14 @@ def workloads(h: Harness) -> list[dict]:
 
 
 async def test_a_jobs_workload_has_kueues_name():
-    objects, jobs, _ = scenario("flame.yaml")
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        await h.controller()
-        await h.submit(jobs[0])
-        ns, name = job_key(jobs[0])
-        await eventually(lambda: h.running(ns, name), what="admitted")
-        uid = h.job(ns, name)["metadata"]["uid"]
-        (wl,) = workloads(h)
-        assert wl["metadata"]["name"] == workload_name("Job", "batch", name, uid)
-        assert wl["metadata"]["name"].startswith(f"job-{name}-") and wl["metadata"]["name"] != earlier_name(name, uid)
+        _, keys = await flame_running(h)
+        for ns, name in keys:
+            uid = h.job(ns, name)["metadata"]["uid"]
+            wl = h.api.cluster.store.get(WORKLOADS, (ns, workload_name("Job", "batch", name, uid)))
+            assert wl is not None and wl["metadata"]["name"].startswith(f"job-{name}-")
+            assert wl["metadata"]["name"] != earlier_name(name, uid)
+        assert len(workloads(h)) == len(keys)
 
 
 async def rename_to_earlier(h: Harness) -> dict[str, str]:
@@ -62,18 +58,12 @@ async def test_workloads_of_earlier_names_are_kept_across_an_upgrade():
     controller of Kueue's names started: no second Workload, every reservation kept (the Jobs run
     on, nothing is admitted twice), and the pending one is admitted into its own Workload when
     room is made."""
-    objects, jobs, _ = scenario("flame.yaml")
+    _, jobs, _ = scenario("flame.yaml")
     late_job = copy.deepcopy(jobs[-1])
     late_job["metadata"]["name"] = "c-late"
     late_job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 3
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        first = await h.controller(identity="first")
-        for job in jobs:
-            await h.submit(job)
-        keys = [job_key(j) for j in jobs]
-        await eventually(lambda: all(h.running(*k) for k in keys), what="FLAME's six Jobs admitted")
+        first, keys = await flame_running(h, identity="first")
         await h.submit(late_job)
         late = job_key(late_job)
         await eventually(lambda: "insufficient" in str((h.workload_of(*late) or {}).get("status")),

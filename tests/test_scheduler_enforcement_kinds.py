@@ -18,7 +18,7 @@ from gpuqueue.extender.scheduler.view import ADMITTED
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.extender_support import extender_cert_dir, post, scheduler_context
+from tests.extender_support import extender_cert_dir, scheduler_context
 from tests.kind_controllers import KindControllers
 from tests.test_controller_kinds import CPU_NODES, GH200, quota_objects
 from tests.test_scheduler_enforcement import Cluster
@@ -35,6 +35,15 @@ def nodes() -> list[dict]:
             "status": {"allocatable": {"cpu": "72", "memory": "480Gi", GPU: "4", "pods": "110"}}} for n in GPU_NODES]
     return gpu + [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": CPU_NODE, "labels": CPU_NODES},
                    "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}]
+
+
+def tenant_pod(job: dict, pod_set: str, containers: list[dict], name: str | None = None) -> dict:
+    """A pod a tenant makes under one of the JobSet's Jobs, claiming one of its pod sets."""
+    return {"metadata": {"name": name or f"{job['metadata']['name']}-extra", "namespace": "team-a",
+                         "labels": {"jobset.sigs.k8s.io/replicatedjob-name": pod_set},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
+                                              "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
+            "spec": {"restartPolicy": "Never", "containers": containers}}
 
 
 def pod_set_pods(c: Cluster, pod_set: str) -> list[dict]:
@@ -79,27 +88,13 @@ async def test_a_jobsets_pods_are_held_to_their_own_pod_sets(tmp_path):
                 await c.bound(driver, CPU_NODE)
 
                 # a ninth worker, made by the tenant under the workers' Job: its pod set is full
-                job = c.h.job("team-a", "train-workers")
-                extra = {"metadata": {"name": "train-workers-extra", "namespace": "team-a",
-                                      "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "workers"},
-                                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
-                                                           "name": job["metadata"]["name"],
-                                                           "uid": job["metadata"]["uid"]}]},
-                         "spec": {**workers[0]["spec"], "nodeName": None}}
-                extra["spec"].pop("nodeName")
-                extra = await c.create_pod(extra)
+                extra = await c.create_pod(tenant_pod(c.h.job("team-a", "train-workers"), "workers",
+                                                      workers[0]["spec"]["containers"]))
                 answer = await c.filter(extra, ALL)
                 assert answer["NodeNames"] == [] and "pod set workers" in str(answer["FailedAndUnresolvableNodes"]), answer
                 # a GPU pod under the driver's Job: the driver's pod set admits no GPU
-                driver_job = c.h.job("team-a", "train-driver")
-                sneaky = {"metadata": {"name": "train-driver-gpu", "namespace": "team-a",
-                                       "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "driver"},
-                                       "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "controller": True,
-                                                            "name": driver_job["metadata"]["name"],
-                                                            "uid": driver_job["metadata"]["uid"]}]},
-                          "spec": {"restartPolicy": "Never", "containers": [
-                              {"name": "x", "image": "x", "resources": {"limits": {GPU: "1"}}}]}}
-                sneaky = await c.create_pod(sneaky)
+                sneaky = await c.create_pod(tenant_pod(c.h.job("team-a", "train-driver"), "driver", [
+                    {"name": "x", "image": "x", "resources": {"limits": {GPU: "1"}}}], name="train-driver-gpu"))
                 answer = await c.filter(sneaky, ALL)
                 assert answer["NodeNames"] == [], answer
                 wl = f"team-a/{workload_name('JobSet', 'jobset.x-k8s.io', 'train', uid)}"

@@ -39,7 +39,7 @@ from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
-from gpuqueue.kube import Informer, object_key
+from gpuqueue.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
