@@ -211,6 +211,34 @@ class ControllerClusterView(CacheView):
         on("workloads", self.upsert_workload, self.remove_workload)
         on("clusterqueues", lambda obj: self.cluster_queues_changed(), lambda obj: self.cluster_queues_changed())
         on("resourceflavors", self._flavors_changed, self._flavors_changed)
+        self._recounted = False
+
+    def _recount_once_synced(self) -> None:
+        """A pod is counted on its node under its pod set's key, which its Workload and the owners
+        between them decide; at a start the pods may be listed before those, and counted under
+        their controller's uid. Once every cache is whole, every pod is counted again, once -
+        before any verb or event is answered from the caches."""
+        if self._recounted or not self.ctl.synced:
+            return
+        self._recounted = True
+        for pod in self.ctl.informers["pods"].list():
+            CacheView.upsert_pod(self, pod)
+
+    def upsert_pod(self, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_pod(obj)
+
+    def upsert_owner(self, kind: str, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_owner(kind, obj)
+
+    def upsert_workload(self, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_workload(obj)
+
+    def workload_owned_by(self, uid: str):
+        self._recount_once_synced()
+        return super().workload_owned_by(uid)
 
     def _flavors_changed(self, obj: dict) -> None:
         for wl in self.ctl.informers["workloads"].list():  # admitted Workloads carry their flavors' labels
