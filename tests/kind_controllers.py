@@ -226,3 +226,15 @@ def as_applied(obj: dict) -> dict:
 
 def effective_train_job(obj: dict, lookup) -> dict:
     return BY_KIND["TrainJob"].rendered(as_applied(obj), lookup)
+
+
+async def finish(kube: KubeApi, obj: dict, status: dict) -> None:
+    """The kind's controller reports it finished (`status` merged into its status), retried on
+    conflict with the stand-ins' own status writes."""
+    from gpuqueue.kube import retry_on_conflict
+
+    kind = kind_of(BY_KIND[obj["kind"]])
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    await retry_on_conflict(lambda: kube.get(kind, ns, name),
+                            lambda cur: {**cur, "status": {**(cur.get("status") or {}), **status}},
+                            lambda body: kube.replace(kind, body, "status"), attempts=20)

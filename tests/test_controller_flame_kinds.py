@@ -18,7 +18,7 @@ from gpuqueue.extender.controller.managed_kinds import kind_of
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.kind_controllers import KindControllers
+from tests.kind_controllers import KindControllers, finish
 from tests.workload_kinds import JOBSET, PYTORCHJOB
 
 SCENARIO = Path(__file__).parent / "scenarios" / "flame-kinds.yaml"
@@ -144,9 +144,7 @@ async def test_flame_with_pytorchjob_borrowers_and_jobset_reclaimers():
                 for pod in flame.gpu_pods_of(k[1]):
                     await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}),
                                                                     "phase": "Succeeded"}}, "status")
-                js = flame.obj("JobSet", k)
-                await h.kube.replace(kind_of(BY_KIND["JobSet"]), {**js, "status": {
-                    **(js.get("status") or {}), **JOBSET.finished_status}}, "status")
+                await finish(h.kube, {**flame.obj("JobSet", k), "kind": "JobSet"}, JOBSET.finished_status)
             await eventually(lambda: all(W.is_true(flame.workload("JobSet", k), "Finished") for k in a),
                              what="A's Workloads finished")
             await eventually(lambda: all(flame.running("PyTorchJob", k) for k in c), timeout=10,

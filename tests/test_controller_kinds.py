@@ -17,7 +17,7 @@ from gpuqueue.extender.controller.managed_kinds import RUNTIMES, kind_of
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.kind_controllers import KindControllers, as_applied
+from tests.kind_controllers import KindControllers, as_applied, finish
 from tests.workload_kinds import GPU, JOBSET, MPIJOB, PYTORCHJOB, RAYCLUSTER, RAYJOB, TRAINJOB, Sample
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -191,9 +191,7 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
                 for pod in life.pods():  # the kubelet's part: its pods succeed, then its controller says so
                     await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": "Succeeded"}},
                                          "status")
-                obj = life.obj()
-                await h.kube.replace(life.kind, {**obj, "status": {**(obj.get("status") or {}),
-                                                                   **sample.finished_status}}, "status")
+                await finish(h.kube, {**life.obj(), "kind": sample.kind}, sample.finished_status)
                 await eventually(lambda: W.is_true(life.workload(), "Finished"), what="Workload Finished")
                 assert W.condition(life.workload(), "Finished")["reason"] == "Succeeded"
             else:  # a RayCluster serves until deleted: its Workload goes with it
