@@ -103,10 +103,12 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     from gpuqueue.extender.quota.convert import fair_sharing_spec
     from gpuqueue.jobframework.managed import ManagedJobsConfig
+    from gpuqueue.jobframework.registry import IntegrationsConfig
 
     try:
         cfg, enforcement = load_configuration(args.config)
         managed = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
+        integrations = IntegrationsConfig.from_kueue_configuration(cfg.to_dict())
     except ValueError as exc:
         print(f"gpuqueue extender: {exc}", file=sys.stderr)
         return 2
@@ -121,7 +123,7 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"gpuqueue extender: no cluster ({exc})", file=sys.stderr)
         return 1
     options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
-                      lease_namespace=args.lease_namespace, managed_jobs=managed,
+                      lease_namespace=args.lease_namespace, managed_jobs=managed, integrations=integrations,
                       fair_sharing=fair_sharing_spec(cfg), enforcement=enforcement)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     ctl = Controller(api, options, metrics=Metrics(local_queue_metrics=args.local_queue_metrics), identity=identity)

@@ -59,6 +59,15 @@ def _a(component, group, resource, verbs, why, **kw) -> ApiAccess:
     return ApiAccess(component, group, resource, frozenset(verbs.split()), why, **kw)
 
 
+# The kinds with a suspend flag the controller queues besides batch/v1 Jobs (group, plural, kind).
+QUEUED_KINDS = (
+    ("jobset.x-k8s.io", "jobsets", "JobSet"),
+    ("kubeflow.org", "pytorchjobs", "PyTorchJob"),
+    ("kubeflow.org", "mpijobs", "MPIJob"),
+    ("trainer.kubeflow.org", "trainjobs", "TrainJob"),
+    ("ray.io", "rayjobs", "RayJob"),
+    ("ray.io", "rayclusters", "RayCluster"),
+)
 LIST_WATCH = "list watch"  # informer-style: list, then watch from the list's resourceVersion
 
 API_ACCESS: tuple[ApiAccess, ...] = (
@@ -80,6 +89,14 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     # each verb here is made and nothing else is.
     _a("extender", "batch", "jobs", LIST_WATCH + " get update", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
     _a("extender", "batch", "jobs/finalizers", "update", "create Workloads owned by a Job with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
+    # the other kinds it queues (integrations.frameworks), and the RayClusters of RayJobs: read
+    # and written as Jobs are; a Workload is owned by its object with blockOwnerDeletion
+    *(_a("extender", group, plural, LIST_WATCH + " get update", f"suspend/unsuspend {kind}s, inject each pod set's flavor")
+      for group, plural, kind in QUEUED_KINDS),
+    *(_a("extender", group, f"{plural}/finalizers", "update", f"create Workloads owned by a {kind} with blockOwnerDeletion")
+      for group, plural, kind in QUEUED_KINDS),
+    _a("extender", "trainer.kubeflow.org", "clustertrainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
+    _a("extender", "trainer.kubeflow.org", "trainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
     _a("extender", KUEUE, "workloads", LIST_WATCH + " get create update delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),
     _a("extender", KUEUE, "workloads/status", "update", "admission, conditions"),
     _a("extender", KUEUE, "clusterqueues", LIST_WATCH + " get", "quota"),
@@ -103,7 +120,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     # explain: `gpuqueue explain NAMESPACE/JOB`, run by a person with their own credentials
     # (ClusterRole gpuqueue-explain, bound by the operator to whom they choose)
     _a("explain", "batch", "jobs", "get", "the Job asked about"),
-    _a("explain", KUEUE, "workloads", "get list", "its Workload; the other Workloads of its ClusterQueue"),
+    _a("explain", KUEUE, "workloads", "list", "its Workload (by its owner's uid); the other Workloads of its ClusterQueue"),
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),
     _a("explain", "", "pods", "list", "the Job's pods waiting for a node, and why the extender holds them back"),

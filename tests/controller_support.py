@@ -141,6 +141,7 @@ class PodObserver:
         self._since: float | None = None
         self._reserved: dict[str, tuple[str, str, int]] = {}  # job uid -> (ClusterQueue, flavor, GPUs reserved)
         self._per_pod: dict[str, int] = {}  # pod uid -> GPUs it requests
+        self._parent: dict[str, str] = {}  # uid -> its controller's uid
         self.over: dict[str, tuple[int, int]] = {}
         api.observe(self)
 
@@ -149,6 +150,9 @@ class PodObserver:
         return self._since is not None
 
     def __call__(self, write: Write) -> None:
+        meta = write.new.get("metadata") or {}
+        if meta.get("uid") and write.type != "DELETED":  # every object's controller: pods' owner chains
+            self._parent[meta["uid"]] = _job_uid(write.new) if write.resource is not R.PODS else ""
         if write.resource is R.WORKLOADS and write.user != TENANT:
             uid = (write.new["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid", "")
             adm = (write.new.get("status") or {}).get("admission")
@@ -166,7 +170,7 @@ class PodObserver:
                 continue
             gpus = self._gpus(pod)
             if gpus:
-                uid = _job_uid(pod)
+                uid = self._owner(_job_uid(pod))
                 running[uid] = running.get(uid, 0) + gpus
         usage: dict[str, dict[tuple[str, str], int]] = {}
         excess = 0
@@ -189,6 +193,18 @@ class PodObserver:
         elif not excess and self._since is not None:
             self.excess_spans.append(now - self._since)
             self._since = None
+
+    def _owner(self, uid: str) -> str:
+        """The first owner up the pod's chain that holds a reservation (a JobSet's, not its child
+        Job's; a RayJob's, not its RayCluster's), else its controller."""
+        at = uid
+        for _ in range(4):
+            if at in self._reserved:
+                return at
+            at = self._parent.get(at, "")
+            if not at:
+                break
+        return uid
 
     def _gpus(self, pod: dict) -> int:
         uid = pod["metadata"]["uid"]
@@ -215,8 +231,9 @@ class PodObserver:
 
 
 def _job_uid(pod: dict) -> str:
+    """Its controller's uid (of any kind), or a Job's uid label once orphaned."""
     for ref in pod["metadata"].get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Job":
+        if ref.get("controller") and ref.get("uid"):
             return ref["uid"]
     labels = pod["metadata"].get("labels") or {}
     return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), "")
@@ -353,13 +370,13 @@ async def eventually(cond, timeout: float = 5.0, what: str = "condition") -> Non
     raise AssertionError(f"{what}: not met within {timeout}s")
 
 
-async def flame_running(h: "Harness") -> tuple[Controller, list[tuple[str, str]]]:
+async def flame_running(h: "Harness", identity: str = "test") -> tuple[Controller, list[tuple[str, str]]]:
     """FLAME's objects applied, a controller started and its six Jobs submitted and unsuspended:
     the controller and the Jobs' keys."""
     objects, jobs, _ = scenario("flame.yaml")
     for obj in objects:
         await h.apply(obj)
-    ctl = await h.controller()
+    ctl = await h.controller(identity=identity)
     for job in jobs:
         await h.submit(job)
     keys = [job_key(j) for j in jobs]

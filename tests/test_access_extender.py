@@ -19,10 +19,14 @@ from kubernetes_asyncio import client
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.explain import explain_job
+from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from gpuqueue import access
 from tests.standin import ApiServer
 from tests.standin import resources as R
-from tests import controller_support, test_controller_behaviour, test_controller_flame, test_controller_hostile
+from gpuqueue.jobframework.registry import INTEGRATIONS
+from tests import (controller_support, test_controller_behaviour, test_controller_flame, test_controller_flame_kinds,
+                   test_controller_hostile, test_controller_kinds)
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
@@ -48,7 +52,7 @@ class Recording:
         return api_calls(self.requests[agent]) | self.implied[agent]
 
 
-_PLURAL = {(r.group, r.kind): r.plural for r in R.ALL}
+_PLURAL = {**{(r.group, r.kind): r.plural for r in R.ALL}, **{(i.group, i.kind): i.plural for i in INTEGRATIONS}}
 
 
 class RecordingApiServer(ApiServer):
@@ -197,8 +201,36 @@ REUSED = [
     test_controller_flame.test_flame_borrow_reclaim_resume,  # borrowing, reclaim, Job completion
     test_controller_hostile.test_queue_label_changed_on_a_pending_job_moves_it,  # a pending Workload updated
     test_controller_hostile.test_restart_counts_a_reservation_whose_job_is_gone_until_its_pods_are,
+    test_controller_flame_kinds.test_flame_with_pytorchjob_borrowers_and_jobset_reclaimers,
 ]
-OWN = [leader_election_in_the_install_namespace, queue_status_conflicts_and_explain, metrics_behind_delegated_auth]
+
+
+async def every_kind_with_a_conflict() -> None:
+    """Each kind it queues besides Jobs, whole life, its first write meeting a 409 Conflict (the
+    fresh read after it is a `get`); a kind whose CRD is not installed is skipped after one list."""
+    for sample in test_controller_kinds.LIVES:
+        plural = kind_of(BY_KIND[sample.kind]).plural
+        with pytest.MonkeyPatch.context() as mp:
+            faults = []
+
+            class Conflicting(RecordingHarness):
+                async def __aenter__(self):
+                    out = await super().__aenter__()
+                    faults.append(self.api.faults.add(rf"/{plural}/[^/]+$", method="PUT", status=409, times=1))
+                    return out
+
+            mp.setattr(test_controller_kinds, "Harness", Conflicting)
+            await test_controller_kinds.test_a_whole_life_through_the_controller(sample)
+            assert faults[0].times == 0, f"no conflict met on {plural}"
+    async with RecordingHarness() as h:  # no CRDs installed: each kind is skipped
+        frameworks = ("batch/job", *(BY_KIND[s.kind].framework for s in test_controller_kinds.LIVES))
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=IntegrationsConfig(frameworks)))
+        await eventually(lambda: ctl.recovered, what="leading without the kinds")
+        assert [k.kind.kind for k in ctl.kinds] == ["Job"]
+
+
+OWN = [leader_election_in_the_install_namespace, queue_status_conflicts_and_explain, metrics_behind_delegated_auth,
+       every_kind_with_a_conflict]
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +238,8 @@ def recorded() -> Recording:
     recording = Recording()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RecordingHarness, "recording", recording, raising=False)
-        for module in (test_controller_behaviour, test_controller_flame, test_controller_hostile, controller_support):
+        for module in (test_controller_behaviour, test_controller_flame, test_controller_hostile, controller_support,
+                       test_controller_kinds, test_controller_flame_kinds):
             mp.setattr(module, "Harness", RecordingHarness)
 
         async def run_all() -> None:

@@ -179,7 +179,9 @@ async def test_on_1_24_a_job_its_owner_started_cannot_take_a_flavor_and_says_why
             h.workload_of("ml", "early"), "QuotaReserved") or {}).get("message", ""), timeout=15, what="pending, saying why")
         assert h.job("ml", "early")["spec"]["suspend"] is True
         assert "admission" not in h.workload_of("ml", "early")["status"]
-        assert any(e["reason"] == "AdmissionRefused" for e in h.api.cluster.store.kind("events").values())
+        # (Events are sent in the background, after the condition's write)
+        await eventually(lambda: any(e["reason"] == "AdmissionRefused" for e in h.api.cluster.store.kind("events").values()),
+                         what="the AdmissionRefused Event")
         await h.pods.held()
         assert h.observer.violations == []
 

@@ -26,7 +26,8 @@ from gpuqueue.api.core import Node, Pod
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.jobs import BatchJob
+from gpuqueue.extender.controller.managed_kinds import batch_job
+from gpuqueue.jobframework.podset import PodSetInfo
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.placement.kube import node_info_from_dict
 from gpuqueue.extender.scheduler.enforce import judge_pod
@@ -225,21 +226,20 @@ def test_the_pod_and_node_models_read_the_same():
 
 
 async def test_the_controller_reads_and_writes_jobs_the_same(pair):
-    # (tolerations as test_controller_workload.py gives them: admitted_job cannot take the
-    # convert.flavor_spec ones yet - reported with issue 16)
-    flavors = [FlavorSpec("gh200", tuple(FLAVOR["spec"]["nodeLabels"].items()),
-                          tolerations=tuple(Toleration.model_validate(t) for t in FLAVOR["spec"]["tolerations"]))]
-    adapter = BatchJob()
+    flavors = {"main": PodSetInfo.from_flavors("main", [FlavorSpec(
+        "gh200", tuple(FLAVOR["spec"]["nodeLabels"].items()),
+        tolerations=tuple(Toleration.model_validate(t) for t in FLAVOR["spec"]["tolerations"]))])}
+    adapter = batch_job()
     for job in recorded_jobs():
         kept = transform_for("jobs")(copy(job))
         for ctl in (pair.kept, pair.whole):
             ctl.queue_view.local_queues.add(("team-a", "default"))
         assert pair.kept.is_managed(kept) == pair.whole.is_managed(job)
-        assert adapter.model(kept).model_dump() == adapter.model(job).model_dump()
+        assert adapter.pod_sets(kept) == adapter.pod_sets(job)
         assert W.build_workload(kept, 7, ("p", "src"), "q") == W.build_workload(job, 7, ("p", "src"), "q")
         assert W.priority_class_of(kept, {"p": 1}, {"high-priority": 1000}) == \
             W.priority_class_of(job, {"p": 1}, {"high-priority": 1000})
-        assert W.job_finished(kept) == W.job_finished(job)
+        assert adapter.finished(kept) == adapter.finished(job)
         assert adapter.stopped(kept) == adapter.stopped(job)
         assert adapter.suspended(kept) == adapter.suspended(job)
         for edit in (lambda j: adapter.run(j, flavors), adapter.suspend, adapter.restore,
@@ -283,5 +283,5 @@ def test_a_cached_workload_still_matches_its_job():
     for job in recorded_jobs():
         whole = W.build_workload(job, 7, None, "q")
         kept = transform_for("workloads")(copy(whole))
-        assert not W.pod_sets_differ(kept, W.pod_sets_of(job), "q")
-        assert W.pod_sets_differ(kept, W.pod_sets_of(job), "other-queue")
+        assert not W.pod_sets_differ(kept, W.BATCH_JOB.workload_pod_sets(job), "q")
+        assert W.pod_sets_differ(kept, W.BATCH_JOB.workload_pod_sets(job), "other-queue")

@@ -47,6 +47,16 @@ def test_the_pod_sets_of_a_reservation():
     assert admission_mismatch((ps,), admission(4, 2)) is None
 
 
+def test_two_pod_sets_on_one_flavor_match_their_reservation():
+    """Each pod set is held against its own share of the reservation, not the flavor's total."""
+    a = Admission("cq", {"leader": {GPU: "gh200"}, "workers": {GPU: "gh200"}}, {("gh200", GPU): 9},
+                  {"leader": 1, "workers": 4}, False, pod_set_usage={"leader": {GPU: 1}, "workers": {GPU: 8}})
+    sets = (PodSetSpec("leader", 1, {GPU: 1}), PodSetSpec("workers", 4, {GPU: 2}))
+    assert admission_mismatch(sets, a) is None
+    assert admission_mismatch((sets[0], PodSetSpec("workers", 4, {GPU: 3})), a) == \
+        "pod set workers nvidia.com/gpu per pod 2 -> 3"
+
+
 def test_pending_pod_sets_compare_everything_a_flavor_is_chosen_by():
     a = PodSetSpec("main", 1, {GPU: 1}, node_selector=(("pool", "1"),))
     assert same_pod_sets((a,), (PodSetSpec("main", 1, {GPU: 1}, node_selector=(("pool", "1"),)),))

@@ -386,7 +386,8 @@ async def test_a_reservation_forged_on_a_pending_workload_is_set_back():
                          and "admission" not in h.workload_of("team-c", "c-x")["status"], WAIT, "set back")
         assert not W.is_true(h.workload_of("team-c", "c-x"), "Admitted")
         assert suspended(h, "team-c", "c-x")
-        assert ("Warning", "WorkloadStatusReverted") in [(t, r) for t, r, _ in events(h, "team-c", "c-x")]
+        await eventually(lambda: ("Warning", "WorkloadStatusReverted") in [(t, r) for t, r, _ in events(
+            h, "team-c", "c-x")], what="the WorkloadStatusReverted Event")  # Events are sent in the background
 
         await tenant_edit(h, "team-c", "c-x", lambda j: j["spec"].update(suspend=False))
         await eventually(lambda: suspended(h, "team-c", "c-x") and not pods_of(h, "team-c", "c-x"), WAIT,

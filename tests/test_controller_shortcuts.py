@@ -117,8 +117,6 @@ async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_ch
 async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is_named_from_the_job():
     import pytest
     from kubernetes_asyncio import client
-    from pydantic import ValidationError
-
     from gpuqueue.extender.controller.controller import Controller
 
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
@@ -126,11 +124,12 @@ async def test_jobs_made_from_one_template_share_its_model_and_a_bad_template_is
         one, two = gpu_job("ml", "one"), gpu_job("ml", "two", gpus=1)
         for n, job in enumerate((one, two)):
             job["metadata"]["uid"] = f"uid-{n}"
-        m1, m2 = ctl.job_steering.adapter.model(one), ctl.job_steering.adapter.model(two)
-        assert m1.spec.template is m2.spec.template and m1.metadata.name == "one" and m2.metadata.name == "two"
-        assert ctl.job_steering.adapter.model(gpu_job("ml", "three", gpus=2)).spec.template is not m1.spec.template
+        adapter = ctl.kinds_by_kind["Job"]
+        (p1,), (p2,) = adapter.pod_sets(one), adapter.pod_sets(two)
+        assert p1 is p2  # one model of the shared template, one engine pod set computed from it
+        assert adapter.pod_sets(gpu_job("ml", "three", gpus=2))[0] is not p1
         bad = gpu_job("ml", "bad")
         bad["spec"]["template"]["spec"]["containers"][0]["resources"] = "lots"
-        with pytest.raises(ValidationError) as err:
-            ctl.job_steering.adapter.model(bad)
+        with pytest.raises(ValueError) as err:
+            adapter.pod_sets(bad)
         assert "spec.template.spec.containers.0.resources" in str(err.value)

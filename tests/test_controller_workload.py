@@ -37,6 +37,21 @@ def test_admission_round_trip():
     assert (back.cluster_queue, back.flavors, back.usage, back.counts) == (a.cluster_queue, a.flavors, a.usage, a.counts)
 
 
+def test_each_pod_set_of_an_admission_is_written_with_its_own_usage():
+    """A JobSet's leader and workers on one flavor: each podSetAssignment carries what its own pods
+    take (Kueue's resourceUsage), not the flavor's total - the extender enforces per-pod limits
+    from it, and the controller compares a running workload's pods against it."""
+    a = Admission("cq", {"leader": {"nvidia.com/gpu": "gh200"}, "workers": {"nvidia.com/gpu": "gh200"}},
+                  {("gh200", "nvidia.com/gpu"): 9}, {"leader": 1, "workers": 4}, False,
+                  pod_set_usage={"leader": {"nvidia.com/gpu": 1}, "workers": {"nvidia.com/gpu": 8}})
+    status = W.admission_to_status(a)
+    assert [(psa["name"], psa["resourceUsage"], psa["count"]) for psa in status["podSetAssignments"]] == [
+        ("leader", {"nvidia.com/gpu": "1"}, 1), ("workers", {"nvidia.com/gpu": "8"}, 4)]
+    back = W.admission_from_status(status)
+    assert back.usage == a.usage and back.usage_of("leader") == {"nvidia.com/gpu": 1}
+    assert W.admission_to_status(back) == status  # read back after a restart: written the same
+
+
 def test_conditions_keep_their_transition_time_until_the_status_changes():
     conds = W.set_condition([], "QuotaReserved", "False", "Pending", "a", "t1")
     conds = W.set_condition(conds, "QuotaReserved", "False", "Pending", "b", "t2")
@@ -46,18 +61,24 @@ def test_conditions_keep_their_transition_time_until_the_status_changes():
 
 
 def test_flavor_injection_and_restore():
+    """Through the Job's integration, as the controller edits Jobs (managed_kinds.ManagedKind)."""
+    from gpuqueue.jobframework.podset import PodSetInfo
+
+    def run(job, flavors):
+        return W.BATCH_JOB.run(job, {"main": PodSetInfo.from_flavors("main", flavors)})
+
     flavor = FlavorSpec("gh200", (("nvidia.com/gpu.product", "GH200"),),
                         tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),))
-    admitted = W.admitted_job(JOB, [flavor])
+    admitted = run(JOB, [flavor])
     spec = admitted["spec"]["template"]["spec"]
     assert admitted["spec"]["suspend"] is False
     assert spec["nodeSelector"] == {"team": "ml", "nvidia.com/gpu.product": "GH200"}
     assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     # admitted again (another flavor): starts from the Job's own template, not the injected one
-    again = W.admitted_job(dict(admitted, spec=dict(admitted["spec"], suspend=True)), [FlavorSpec("h100", (("p", "h"),))])
+    again = run(dict(admitted, spec=dict(admitted["spec"], suspend=True)), [FlavorSpec("h100", (("p", "h"),))])
     assert again["spec"]["template"]["spec"]["nodeSelector"] == {"team": "ml", "p": "h"}
     assert "tolerations" not in again["spec"]["template"]["spec"]
-    restored = W.restored_job(W.suspended_job(admitted))
+    restored = W.BATCH_JOB.restore(W.BATCH_JOB.suspend(admitted))
     assert restored["spec"]["template"] == JOB["spec"]["template"]
     assert W.ORIGINAL_SCHEDULING_ANNOTATION not in restored["metadata"]["annotations"]
 

@@ -1,17 +1,17 @@
-"""batch/v1 Job as one integration among the others, with no behaviour change: every edit the
-integration makes is the one the controller's own Job adapter (extender/controller/jobs.py,
-workload.py) makes today, on the same inputs, so the controller can switch to it as is."""
+"""batch/v1 Job as one integration among the others, with no behaviour change. Until the
+controller switched to it (managed_kinds.py), every edit here was checked against the
+controller's own Job code on the same inputs; that code is gone, so the edits are checked against
+what it did, written out."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 
 import pytest
 
 from gpuqueue.api.base import Toleration
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.jobs import BatchJob as ControllerJob
 from gpuqueue.extender.quota.model import FlavorSpec
 from gpuqueue.jobframework import registry
 from gpuqueue.jobframework.integration import PodFacts
@@ -57,43 +57,87 @@ def info(flavors):
     return {"main": PodSetInfo.from_flavors("main", flavors)}
 
 
-def as_controller(new, old):
-    return None if new == old else new
+def expected_run(obj, flavors):
+    """What the controller's own admitted_job wrote: the template's own nodeSelector/tolerations
+    recorded once (flat, under gpuqueue.io/original-pod-scheduling), the flavors' labels over the
+    template's own nodeSelector, their tolerations appended unless present, suspend false."""
+    out = copy.deepcopy(obj)
+    annotations = out["metadata"].setdefault("annotations", {})
+    template = out["spec"]["template"]
+    if "gpuqueue.io/original-pod-scheduling" not in annotations:
+        own = {k: template["spec"][k] for k in ("nodeSelector", "tolerations") if k in template["spec"]}
+        annotations["gpuqueue.io/original-pod-scheduling"] = json.dumps(own, separators=(",", ":"))
+    own = json.loads(annotations["gpuqueue.io/original-pod-scheduling"])
+    spec = template["spec"]
+    for k in ("nodeSelector", "tolerations"):
+        spec.pop(k, None)
+        if k in own:
+            spec[k] = copy.deepcopy(own[k])
+    for f in flavors:
+        if f.node_labels:
+            spec.setdefault("nodeSelector", {}).update(dict(f.node_labels))
+        for t in f.tolerations:
+            tol = t.model_dump(by_alias=True, exclude_none=True)
+            if tol not in spec.setdefault("tolerations", []):
+                spec["tolerations"].append(tol)
+    out["spec"]["suspend"] = False
+    return None if out == obj else out
+
+
+def expected_restore(obj):
+    if not obj["spec"].get("suspend"):
+        return None
+    out = copy.deepcopy(obj)
+    raw = (out["metadata"].get("annotations") or {}).pop("gpuqueue.io/original-pod-scheduling", None)
+    if raw is not None:
+        own = json.loads(raw)
+        for k in ("nodeSelector", "tolerations"):
+            out["spec"]["template"]["spec"].pop(k, None)
+            if k in own:
+                out["spec"]["template"]["spec"][k] = own[k]
+    return None if out == obj else out
+
+
+def expected_suspend(obj):
+    return None if obj["spec"].get("suspend") else {**obj, "spec": {**obj["spec"], "suspend": True}}
 
 
 @pytest.mark.parametrize("obj,flavors", list(itertools.product(JOBS, FLAVORS)))
 def test_every_edit_is_the_controllers(obj, flavors):
     before = copy.deepcopy(obj)
-    ctl = ControllerJob()
-    assert JOB.run(obj, info(flavors)) == ctl.run(obj, flavors)
-    assert JOB.suspend(obj) == ctl.suspend(obj)
-    assert JOB.restore(obj) == ctl.restore(obj)
-    assert JOB.is_suspended(obj) == ctl.suspended(obj)
+    assert JOB.run(obj, info(flavors)) == expected_run(obj, flavors)
+    assert JOB.suspend(obj) == expected_suspend(obj)
+    assert JOB.restore(obj) == expected_restore(obj)
+    assert JOB.is_suspended(obj) == bool(obj["spec"].get("suspend"))
     running = JOB.run(obj, info(flavors)) or obj
     stopped = JOB.suspend(running) or running
-    assert JOB.restore(stopped) == ctl.restore(stopped)
+    assert JOB.restore(stopped) == expected_restore(stopped)
     for again in FLAVORS:  # re-admitted after a preemption, maybe to another flavor
-        assert JOB.run(stopped, info(again)) == ctl.run(stopped, again)
+        assert JOB.run(stopped, info(again)) == expected_run(stopped, again)
     assert obj == before  # the object given is left as it was
 
 
 @pytest.mark.parametrize("obj", JOBS)
 def test_what_is_admitted_is_the_controllers(obj):
     (ps,) = JOB.pod_sets(obj)
-    assert (ps.name, ps.count) == ("main", W.pod_count(obj))
+    spec = obj["spec"]
+    parallelism = spec.get("parallelism", 1)
+    assert (ps.name, ps.count) == ("main", min(parallelism, spec.get("completions", parallelism)))
     assert ps.template == obj["spec"]["template"]
     assert JOB.pod_set_of(PodFacts({}, {})) == "main"
 
 
 def test_finished_and_stopped_are_the_controllers():
     base = job(True)
-    for status in ({}, {"active": 2}, {"conditions": [{"type": "Complete", "status": "True"}]},
-                   {"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]},
-                   {"conditions": [{"type": "Complete", "status": "False"}]}):
+    for status, finished, stopped in (
+            ({}, None, True), ({"active": 2}, None, False),
+            ({"conditions": [{"type": "Complete", "status": "True"}]}, True, True),
+            ({"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]}, False, True),
+            ({"conditions": [{"type": "Complete", "status": "False"}]}, None, True)):
         obj = {**base, "status": status}
-        finished = JOB.finished(obj)
-        assert (None if finished is None else ("Complete" if finished.succeeded else "Failed")) == W.job_finished(obj)
-        assert JOB.stopped(obj) == ControllerJob.stopped(obj)
+        done = JOB.finished(obj)
+        assert (None if done is None else done.succeeded) == finished
+        assert JOB.stopped(obj) == stopped
 
 
 def test_a_flavor_toleration_from_the_quota_engine_is_injected():

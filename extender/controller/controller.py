@@ -10,6 +10,7 @@ Only the leader writes. On becoming leader it rebuilds a fresh engine from what 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from kubernetes_asyncio import client
@@ -23,11 +24,14 @@ from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi, skip_environment_lookups
+from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners, controller_ref,
+                                                        informer_lookup, managed_kinds)
 from gpuqueue.extender.controller.options import Options
+from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
@@ -35,7 +39,7 @@ from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
-from gpuqueue.kube import Informer, object_key
+from gpuqueue.kube import Informer
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
@@ -56,12 +60,26 @@ class Controller(RebuildFromApi, WorkloadEvents):
                             concurrency=self.options.concurrency, request_timeout=self.options.request_timeout)
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
-        for kind in K.WATCHED:
+        # the kinds it queues (integrations.frameworks), the owners on their pods' chains, runtimes
+        enabled = managed_kinds(self.options.integrations)
+        for framework in enabled.skipped:
+            log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
+                     "admitted (their GPU pods are refused a node)", framework)
+        self.kinds = enabled.managed
+        self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
+        self.needs = enabled.needs
+        self.crd_kinds = enabled.watched
+        for kind in (*K.WATCHED, *self.crd_kinds):
             fn, args = kind.list_call(api)
             self.informers[kind.name] = Informer(fn, *args, name=kind.name, watch_timeout=self.options.watch_timeout,
                                                  backoff_initial=self.options.watch_backoff_initial,
                                                  backoff_max=self.options.watch_backoff_max,
                                                  transform=transform_for(kind.name))
+        for managed in self.kinds:
+            if managed.integration.framework in RUNTIMES:
+                managed.lookup = informer_lookup(self.informers, RUNTIMES[managed.integration.framework])
+        self.pod_owners = PodOwners({k.kind: self.informers[k.name] for k in (K.JOBS, *self.crd_kinds)})
+        self.owned = OwnedWorkloads(self.informers["workloads"])  # first of the Workloads' handlers
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
@@ -71,16 +89,16 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
                                     o.event_burst)
         records = WorkloadRecords(self.kube, self.informers["workloads"])
-        self.job_steering = JobSteering(self, self.kube, self.informers["jobs"], records, self.writes, self.events,
+        self.job_steering = JobSteering(self, self.kube, self.informers, records, self.writes, self.events,
                                         self.metrics.job_admission_wait, self.resubmit, self.mark_dirty,
-                                        o.resubmit_backoff)
+                                        o.resubmit_backoff, self.pod_owners)
         self.departures = Departures(self, self.jobs, self.kube, self.writes, self.job_steering, self.mark_dirty,
                                      status_changed=lambda: self.queue_status.changed())
         self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
                                               self.metrics, self.priorities, self.priority_of,
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided)
-        self.following = Following(self, self.job_steering.adapter, self.workload_writes, self._submit,
+        self.following = Following(self, self.workload_writes, self._submit,
                                    self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
@@ -101,6 +119,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
+        await self._skip_missing_kinds()
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
@@ -114,6 +133,34 @@ class Controller(RebuildFromApi, WorkloadEvents):
             self._elector_task = asyncio.create_task(self.elector.run(), name="controller:leader-election")
         else:
             await self.become_leader()
+
+    async def _skip_missing_kinds(self) -> None:
+        """A kind whose CRD is not installed (404 on a first list) is skipped with one log line, as
+        Kueue does: its informer is not started (the caches would wait for it forever). Installing
+        the CRD later takes a restart."""
+        missing = []
+        for kind in list(self.crd_kinds):
+            try:
+                await self.kube.request("GET", kind.path(), query=[("limit", "1")])
+            except Exception as exc:  # noqa: BLE001 - any other failure: the informer retries it
+                if is_status(exc, 404):
+                    log.info("No matching API in the server for job framework, skipped setup of controller: "
+                             "%s.%s/%s", kind.plural, kind.group, kind.version)
+                    missing.append(kind)
+        # a kind that reads a missing one (a RayJob's pods come through RayClusters, a TrainJob's pod
+        # sets from its runtime) could not be queued: skipped too
+        for managed in self.kinds:
+            needs = [k for k in self.needs.get(managed.integration.framework, ()) if k in missing]
+            if needs and managed.kind not in missing:
+                log.info("integration %s skipped: it needs %s.%s, which is not installed",
+                         managed.integration.framework, needs[0].plural, needs[0].group)
+                missing.append(managed.kind)
+        for kind in missing:
+            self.crd_kinds.remove(kind)
+            self.informers.pop(kind.name, None)
+            self.pod_owners.caches.pop(kind.kind, None)
+            self.kinds = [k for k in self.kinds if k.kind is not kind]
+            self.kinds_by_kind.pop(kind.kind, None)
 
     async def stop(self) -> None:
         if self._elector_task is not None:
@@ -191,35 +238,45 @@ class Controller(RebuildFromApi, WorkloadEvents):
                                              on_delete=delete)
 
         self.quota_objects.watch(self.informers)
-        on("jobs", self._on_job, self._on_job_delete)
+        for kind in self.kinds:
+            on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
         self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
                                                 on_update=self._on_workload, on_delete=self._on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
 
-    def is_managed(self, job: dict, workload: dict | None = None) -> bool:
-        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed)."""
+    def is_managed(self, job: dict, workload: dict | None = None, kind: ManagedKind = BATCH_JOB) -> bool:
+        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed).
+        An object controlled by one of a queued kind (a JobSet's Jobs, a RayJob's RayCluster) is
+        queued as part of its owner, not by itself (Kueue's IsOwnerManagedByKueue)."""
+        parent = controller_ref(job)
+        if parent is not None and parent.get("kind") in self.kinds_by_kind and \
+                self.kinds_by_kind[parent["kind"]].kind.api_version == parent.get("apiVersion"):
+            return False
         return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
-                             self.options.managed_jobs, _open(workload, job))
+                             self.options.managed_jobs, _open(workload, job, kind.finished(job) is not None))
 
-    def _workload_of(self, job: dict) -> dict | None:
+    def _workload_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> dict | None:
+        """Its Workload, found by its UID: one created under gpuqueue's earlier name is kept."""
         meta = job["metadata"]
-        return self.informers["workloads"].get(f"{meta['namespace']}/{W.workload_name(meta['name'], meta['uid'])}")
+        return self.owned.find(meta["namespace"], meta["uid"], kind.integration.workload_name(job))
 
-    def _on_job(self, job: dict, held: bool = False) -> None:
-        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still."""
+    def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
+        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
+        kind it queues comes here: a Job is any of them.)"""
         if not self.recovered:
             return
-        key = object_key(job)
+        meta = job["metadata"]
+        key = kind.key(meta["namespace"], meta["name"])
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._depart(st)  # a new Job of the same name
             st = None
         if st is None:
-            wl = self._workload_of(job)
-            if not held and not self.is_managed(job, wl):
+            wl = self._workload_of(job, kind)
+            if not held and not self.is_managed(job, wl, kind):
                 return
-            st = self._track(job, wl)
-            if W.job_finished(job):
+            st = self._track(job, wl, kind)
+            if kind.finished(job):
                 st.phase = "finished"
                 return
             if wl is None:
@@ -230,7 +287,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return
         if st.phase == "finished":
             return
-        how = W.job_finished(job)
+        how = kind.finished(job)
         if how:
             self._finish(st, how)
             return
@@ -243,7 +300,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
         else is started again (the admission stands, with its admitted template: a nodeSelector
         edited meanwhile does not survive; to stop a Job, delete it); a Job running without a
         reservation written is suspended, however often it is started."""
-        if not self.job_steering.adapter.suspended(job):
+        if not st.kind.suspended(job):
             if not self.job_steering.may_run(st):
                 self.job_steering.stop(st)
         elif st.phase == "admitted":
@@ -252,38 +309,56 @@ class Controller(RebuildFromApi, WorkloadEvents):
                 self.job_steering.ensure_running(st, w.admission)
 
     def _on_job_delete(self, job: dict) -> None:
-        st = self.jobs.get(object_key(job))
+        st = self.state_of(job)
         if st is None or st.uid != job["metadata"]["uid"]:
             return
         self._depart(st)
         self.mark_dirty()
 
     # -- jobs and the engine --------------------------------------------------------------------------------
-    def _track(self, job: dict, wl: dict | None = None) -> JobState:
+    def state_of(self, obj: dict) -> JobState | None:
+        """What it tracks of an object of a kind it queues (by its uid: None for another object of
+        the name)."""
+        meta = obj["metadata"]
+        for kind in self.kinds:
+            st = self.jobs.get(kind.key(meta.get("namespace") or "", meta.get("name") or ""))
+            if st is not None and st.uid == meta.get("uid"):
+                return st
+        return None
+
+    def state_of_workload(self, wl: dict) -> JobState | None:
+        """What it tracks of a Workload's owner (by its controller reference's kind and name)."""
+        ref = W.owner_ref(wl)
+        kind = self.kinds_by_kind.get(ref.get("kind", ""))
+        if kind is None:
+            return None
+        return self.jobs.get(kind.key(wl["metadata"].get("namespace") or "", ref.get("name") or ""))
+
+    def _track(self, job: dict, wl: dict | None = None, kind: ManagedKind = BATCH_JOB) -> JobState:
         meta = job["metadata"]
-        st = JobState(key=object_key(job), namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
-                      wl_name=W.workload_name(meta["name"], meta["uid"]),
+        st = JobState(key=kind.key(meta["namespace"], meta["name"]), namespace=meta["namespace"], name=meta["name"],
+                      uid=meta["uid"],
+                      wl_name=wl["metadata"]["name"] if wl is not None else kind.integration.workload_name(job),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
                       queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
-                      generation=self.job_steering.adapter.generation(job))
+                      generation=kind.generation(job), kind=kind)
         self.jobs[st.key] = st
         return st
 
     def workload_spec(self, st: JobState, job: dict, queued_at: float | None = None) -> WorkloadSpec:
-        """The engine's view of the Job as it stands (its current pod template: after a refused
-        template change it still carries its old flavor's nodeSelector, which then limits the
+        """The engine's view of the Job as it stands (its current pod templates: after a refused
+        template change they still carry the old flavor's nodeSelector, which then limits the
         flavors it can be given), in the LocalQueue its Workload names."""
-        model = self.job_steering.adapter.model(job)
+        adapter = st.kind
         assert self.engine is not None
-        spec = convert.workload_from_job(model, self.priorities, created=queued_at or st.created,
-                                         seq=self.engine.next_seq())
-        spec.queue_name = st.queue_name
-        return spec
+        return WorkloadSpec(key=st.key, namespace=st.namespace, queue_name=st.queue_name,
+                            pod_sets=adapter.pod_sets(job), priority=adapter.priority(job, self.priorities),
+                            created=queued_at or st.created, seq=self.engine.next_seq(), uid=st.uid)
 
-    def priority_of(self, job: dict) -> int:
+    def priority_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> int:
         try:
-            return self.priorities.priority_of(self.job_steering.adapter.model(job))
-        except ValidationError:
+            return kind.priority(job, self.priorities)
+        except (ValidationError, ValueError):
             return 0
 
     def _submit(self, st: JobState, job: dict, queued_at: float | None = None) -> None:
@@ -300,11 +375,11 @@ class Controller(RebuildFromApi, WorkloadEvents):
 
     def resubmit(self, st: JobState) -> None:
         """Queue a Job again after the API refused its admission (see JobSteering.unsuspend)."""
-        job = self.informers["jobs"].get(st.key)
+        job = self.job_steering.job(st)
         if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
             return
         st.queue_name = queue_name_of(job, st.queue_name)
-        st.generation = self.job_steering.adapter.generation(job)
+        st.generation = st.kind.generation(job)
         self._submit(st, job, queued_at=time.time())
         self.workload_writes.update_spec(st)
         self.mark_dirty()
@@ -372,9 +447,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
         return decisions
 
 
-def _open(workload: dict | None, job: dict) -> bool:
+def _open(workload: dict | None, job: dict, finished: bool) -> bool:
     """A Workload of this Job that is not finished - or says so while the Job is not (only the
     Job's end finishes it): the Job holds or waits for quota."""
-    if workload is None or W.owner_uid(workload) != job["metadata"]["uid"]:
+    if workload is None or job["metadata"]["uid"] not in owner_uids(workload):
         return False
-    return not W.is_true(workload, "Finished") or not W.job_finished(job)
+    return not W.is_true(workload, "Finished") or not finished

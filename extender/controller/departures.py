@@ -19,6 +19,7 @@ from gpuqueue.api.kueue import JOB_UID_LABEL
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import pod_sets_from_admission
+from gpuqueue.extender.controller.managed_kinds import BATCH_JOB
 from gpuqueue.extender.controller.job_state import JobState, Scheduling, departed_key
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.kubeapi import KubeApi
@@ -62,7 +63,8 @@ class Departures:
             return
         gone = JobState(key="", namespace=meta["namespace"], name=W.owner_job(wl) or meta["name"], uid=uid,
                         wl_name=meta["name"], created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
-                        phase="departed", maybe_reserved=True, queue_name=(wl.get("spec") or {}).get("queueName", ""))
+                        phase="departed", maybe_reserved=True, queue_name=(wl.get("spec") or {}).get("queueName", ""),
+                        kind=self.sched.kinds_by_kind.get(W.owner_ref(wl).get("kind", ""), BATCH_JOB))
         gone.key = departed_key(gone)
         reserved_at = W.parse_time((W.condition(wl, "QuotaReserved") or {}).get("lastTransitionTime")) or time.time()
         self.sched.engine.restore_admitted(spec_from_admission(gone, adm, wl), adm, reserved_at)

@@ -30,11 +30,12 @@ def admitted_shape(admission: Admission) -> dict[str, tuple[int, dict[str, int]]
     out = {}
     for name, flavors in admission.flavors.items():
         count = admission.counts.get(name, 1)
+        own = admission.usage_of(name)
         per_pod = {}
-        for res, flavor in flavors.items():
+        for res in flavors:
             if res == PODS:
                 continue
-            total = admission.usage.get((flavor, res), 0)
+            total = own.get(res, 0)
             per_pod[res] = total // count if count and total % count == 0 else -total  # -: no whole amount per pod
         out[name] = (count, per_pod)
     return out

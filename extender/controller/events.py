@@ -31,8 +31,8 @@ class EventRecorder:
 
     def event(self, st: JobState, reason: str, message: str, type_: str = "Normal") -> None:
         """On the Job."""
-        self._record(st.key, {"kind": "Job", "namespace": st.namespace, "name": st.name, "uid": st.uid,
-                              "apiVersion": "batch/v1"}, reason, message, type_)
+        self._record(st.key, {"kind": st.kind.kind.kind, "namespace": st.namespace, "name": st.name, "uid": st.uid,
+                              "apiVersion": st.kind.kind.api_version}, reason, message, type_)
 
     def on_workload(self, st: JobState, uid: str, reason: str, message: str, type_: str = "Normal") -> None:
         """On the Job's Workload, where Kueue records QuotaReserved, Admitted, Pending, Preempted and

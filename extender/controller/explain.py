@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.owned_workloads import owner_uids
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.view import CacheView
 from gpuqueue.extender.scheduler.enforce import judge_pod
@@ -131,15 +132,13 @@ async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementC
         if is_status(exc, 404):
             return f"Job {ref} not found", 2
         raise
-    try:
-        wl = await kube.get(K.WORKLOADS, ns, W.workload_name(name, job["metadata"]["uid"]))
-    except Exception as exc:
-        if not is_status(exc, 404):
-            raise
-        wl = None
+    workloads = (await kube.request("GET", K.WORKLOADS.path()))["items"]
+    # by its owner's UID, not its name: a Workload created under gpuqueue's earlier names keeps it
+    uid = job["metadata"]["uid"]
+    owned = [w for w in workloads if w["metadata"].get("namespace") == ns and uid in owner_uids(w)]
+    wl = next((w for w in owned if w["metadata"]["name"] == W.workload_name(name, uid)), owned[0] if owned else None)
     pending = wl is not None and not W.is_true(wl, "QuotaReserved") and not W.is_true(wl, "Finished")
     position = await _position(kube, wl) if pending else None
-    workloads = (await kube.request("GET", K.WORKLOADS.path()))["items"]
     lqs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o
            for o in (await kube.request("GET", K.LOCAL_QUEUES.path()))["items"]}
     cqs = {o["metadata"]["name"]: o for o in (await kube.request("GET", K.CLUSTER_QUEUES.path()))["items"]}

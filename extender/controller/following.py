@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from gpuqueue.extender.controller.equivalence import admission_mismatch, same_pod_sets
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.jobs import BatchJob
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.jobframework.managed import queue_name_of
 
@@ -30,23 +29,22 @@ NO_MATCHING_WORKLOAD_EVENT = "No matching Workload; restoring pod templates acco
 
 
 class Following:
-    def __init__(self, sched: Scheduling, adapter: BatchJob, workloads: WorkloadWrites,
+    def __init__(self, sched: Scheduling, workloads: WorkloadWrites,
                  submit: Callable[[JobState, dict, float | None], None], mark_dirty: Callable[[], None]) -> None:
         """`submit(st, job, queued_at)`: give the engine the Job as it is (Controller._submit)."""
         self.sched = sched
-        self.adapter = adapter
         self.workloads = workloads
         self.submit = submit
         self.mark_dirty = mark_dirty
 
     def follow(self, st: JobState, job: dict) -> None:
         queue = queue_name_of(job, st.queue_name)
-        generation = self.adapter.generation(job)
+        generation = st.kind.generation(job)
         engine = self.sched.engine
         if (generation == st.generation and queue == st.queue_name) or engine is None:
             return  # the spec is as last compared (status and metadata writes leave it)
         try:
-            pod_sets = self.adapter.pod_sets(job)
+            pod_sets = st.kind.pod_sets(job)
         except (ValidationError, ValueError):
             return  # the pass that queued it says why it cannot be read
         st.generation = generation

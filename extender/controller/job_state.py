@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Protocol
 
+from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind
 from gpuqueue.extender.quota.engine import QuotaEngine
 
 
@@ -29,6 +30,7 @@ class JobState:
     # False while the API surely holds no reservation of ours for it: never admitted in this term, or
     # its reservation cleared since; True once an admission write may have landed (or on rebuild)
     maybe_reserved: bool = False
+    kind: ManagedKind = BATCH_JOB  # its kind (integration)
 
 
 def departed_key(st: JobState) -> str:
@@ -49,3 +51,7 @@ class Scheduling(Protocol):
 
     @property
     def jobs(self) -> Mapping[str, JobState]: ...
+
+    @property
+    def kinds_by_kind(self) -> Mapping[str, ManagedKind]:
+        """The kinds it queues, by kind name."""

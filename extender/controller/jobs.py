@@ -3,8 +3,8 @@ nodeSelector and tolerations, suspended (a victim's quota counts until its pods 
 wait_stopped), their own pod template restored, a Job running without a reservation suspended
 again - and when the API refuses the new pod template, the quota given back.
 
-What is particular to batch/v1 Jobs is BatchJob's; another kind (JobSet, PyTorchJob, ...) would
-come as an adapter of the same shape.
+What is particular to a kind is its ManagedKind's (managed_kinds.py, over the integration of
+gpuqueue/jobframework/).
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import logging
 import time
 from typing import Callable
 
-import orjson
 from prometheus_client import Histogram
 from pydantic import ValidationError
-
-from gpuqueue.api import core
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
@@ -26,115 +23,31 @@ from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.managed_kinds import PodOwners, pod_set_infos
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
-from gpuqueue.extender.quota import convert
-from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
-from gpuqueue.jobframework.managed import job_queue_name
+from gpuqueue.extender.quota.model import Admission
+from gpuqueue.jobframework.podset import PodSetInfo
 
 log = logging.getLogger("gpuqueue.controller")
-# The Job's UID on its pods, kept when the Job is deleted with its pods orphaned (which drops their
-# ownerReferences): the legacy label and the one Kubernetes 1.27 added.
-JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 # gpuqueue's own reason (Kueue keeps retrying the refused start): the Event's, and the Evicted
 # condition's while the quota is given back
 ADMISSION_REFUSED = "AdmissionRefused"
 
 
-class BatchJob:
-    """A batch/v1 Job as the controller sees it (Kueue's GenericJob): its model for the engine,
-    and the edits the steering makes. Each edit returns a new object, or None when the Job
-    already is so, and leaves the one it is given as it was."""
-
-    kind = K.JOBS
-
-    def __init__(self) -> None:
-        self._templates: dict[bytes, core.PodTemplateSpec] = {}
-
-    def model(self, job: dict) -> core.Job:
-        """The Job validated, its pod template validated once per distinct template: Jobs made
-        from one template (most of them) share one model - validating each whole Job was a twelfth
-        of the controller's CPU in bench/kueue_realtime.py - and the engine computes the pod set of
-        a shared template once (convert.pod_set_from_template)."""
-        spec = job.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        if not isinstance(template, dict):
-            return core.Job.model_validate(job)
-        key = orjson.dumps(template, option=orjson.OPT_SORT_KEYS)
-        model = self._templates.get(key)
-        if model is None:
-            try:
-                model = core.PodTemplateSpec.model_validate(template)
-            except ValidationError:
-                return core.Job.model_validate(job)  # raises, naming the field from the Job down
-            if len(self._templates) >= 4096:
-                self._templates.clear()
-            self._templates[key] = model
-        return core.Job.model_validate({**job, "spec": {**spec, "template": model}})
-
-    def pod_sets(self, job: dict) -> tuple[PodSetSpec, ...]:
-        """Its pod sets as the engine counts them (Kueue's PodSets): one, `main`, of
-        min(parallelism, completions) pods of its template. Raises ValidationError or ValueError
-        for a Job that cannot be read."""
-        model = self.model(job)
-        return (convert.pod_set_from_template(convert.MAIN_POD_SET, model.pod_count(), model.spec.template),)
-
-    @staticmethod
-    def queue_name(job: dict) -> str | None:
-        return job_queue_name(job)
-
-    @staticmethod
-    def generation(job: dict) -> int:
-        """Bumped by the API server on every change of the spec."""
-        return int(job["metadata"].get("generation") or 0)
-
-    @staticmethod
-    def pod_owners(pod: dict) -> set[str]:
-        """The UIDs of the Jobs a pod belongs to: its controller reference, or the Job's UID label
-        once the Job is gone and the pod orphaned."""
-        uids = {ref["uid"] for ref in pod["metadata"].get("ownerReferences") or ()
-                if ref.get("controller") and ref.get("kind") == K.JOBS.kind and ref.get("uid")}
-        if not uids:
-            labels = pod["metadata"].get("labels") or {}
-            uids = {labels[k] for k in JOB_UID_LABELS if labels.get(k)}
-        return uids
-
-    @staticmethod
-    def run(job: dict, flavors: list[FlavorSpec]) -> dict | None:
-        new = W.admitted_job(job, flavors)
-        return None if new == job else new
-
-    @staticmethod
-    def suspend(job: dict) -> dict | None:
-        return None if job["spec"].get("suspend") else W.suspended_job(job)
-
-    @staticmethod
-    def restore(job: dict) -> dict | None:
-        if not job["spec"].get("suspend"):
-            return None
-        new = W.restored_job(job)
-        return None if new == job else new
-
-    @staticmethod
-    def suspended(job: dict) -> bool:
-        return bool(job["spec"].get("suspend"))
-
-    @staticmethod
-    def stopped(job: dict) -> bool:
-        """Suspended, and its controller counts no active pod."""
-        return bool(job["spec"].get("suspend")) and not (job.get("status") or {}).get("active")
-
-
 class JobSteering:
-    def __init__(self, sched: Scheduling, kube: KubeApi, jobs: Informer, workloads: WorkloadRecords, writes: Writes,
-                 events: EventRecorder, admission_wait: Histogram, resubmit: Callable[[JobState], None],
-                 mark_dirty: Callable[[], None], resubmit_backoff: float, adapter: BatchJob | None = None) -> None:
-        """`resubmit`: queue a Job again after the API refused its pod template; `mark_dirty`:
-        ask for a scheduling pass."""
+    def __init__(self, sched: Scheduling, kube: KubeApi, informers: dict[str, Informer], workloads: WorkloadRecords,
+                 writes: Writes, events: EventRecorder, admission_wait: Histogram,
+                 resubmit: Callable[[JobState], None], mark_dirty: Callable[[], None], resubmit_backoff: float,
+                 owners: PodOwners | None = None) -> None:
+        """`informers`: the controller's, by name (each kind's objects under its Kind.name);
+        `owners`: which objects a pod belongs to (default: its Job); `resubmit`: queue a Job
+        again after the API refused its pod template; `mark_dirty`: ask for a scheduling pass."""
         self.sched = sched
         self.kube = kube
-        self.cache = jobs
+        self.informers = informers
+        self.owners = owners or PodOwners({"Job": informers["jobs"]})
         self.workloads = workloads
         self.writes = writes
         self.events = events
@@ -142,8 +55,8 @@ class JobSteering:
         self.resubmit = resubmit
         self.mark_dirty = mark_dirty
         self.resubmit_backoff = resubmit_backoff
-        self.adapter = adapter or BatchJob()
         self.pods_by_owner: dict[str, set[str]] = {}
+        self._indexed: dict[str, set[str]] = {}  # pod key -> the owners it is counted under
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
         self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
@@ -153,21 +66,27 @@ class JobSteering:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             self.on_pod_delete(pod)  # a terminated pod holds nothing
             return
-        for uid in self._owners(pod):
-            self.pods_by_owner.setdefault(uid, set()).add(object_key(pod))
+        key = object_key(pod)
+        # every owner it was ever seen under: its chain may break later (a RayJob's RayCluster deleted
+        # before its pods), and its end must still reach the owners at the top
+        uids = self._indexed.setdefault(key, set())
+        uids |= self._owners(pod)
+        for uid in uids:
+            self.pods_by_owner.setdefault(uid, set()).add(key)
             self.poke(uid)
 
     def on_pod_delete(self, pod: dict) -> None:
-        for uid in self._owners(pod):
+        key = object_key(pod)
+        for uid in self._indexed.pop(key, set()) | self._owners(pod):
             pods = self.pods_by_owner.get(uid)
             if pods is not None:
-                pods.discard(object_key(pod))
+                pods.discard(key)
                 if not pods:
                     del self.pods_by_owner[uid]
             self.poke(uid)
 
     def _owners(self, pod: dict) -> set[str]:
-        return self.adapter.pod_owners(pod)
+        return self.owners.uids(pod)
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)
@@ -192,7 +111,7 @@ class JobSteering:
 
     # -- reads and read-modify-writes -------------------------------------------------------------------------
     def job(self, st: JobState) -> dict | None:
-        return self.cache.get(st.key)
+        return self.informers[st.kind.kind.name].get(f"{st.namespace}/{st.name}")
 
     async def _update(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
         """`change` returns a new object (an adapter's edit) and leaves the one it is given as it was."""
@@ -202,7 +121,7 @@ class JobSteering:
             return change(job)
 
         try:
-            return await read_modify_write(self.kube, self.adapter.kind, st.namespace, st.name, self.job(st), checked,
+            return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, self.job(st), checked,
                                            protect=_as_is)
         except Exception as exc:
             if is_status(exc, 404):
@@ -210,20 +129,20 @@ class JobSteering:
             raise
 
     # -- running ----------------------------------------------------------------------------------------------
-    def flavors(self, admission: Admission) -> list[FlavorSpec]:
-        """The specs of the flavors an admission gives, as the engine holds them now."""
+    def flavors(self, admission: Admission) -> dict[str, PodSetInfo]:
+        """What each admitted pod set's pods get: its own flavors' nodeSelector and tolerations, as
+        the engine holds the flavors now."""
         engine = self.sched.engine
-        return [engine.state.flavors[f] for f in sorted(set(admission.flavors_of(W.MAIN).values()))
-                if f in engine.state.flavors] if engine else []
+        return pod_set_infos(admission, engine.state.flavors) if engine else {}
 
-    async def unsuspend(self, st: JobState, admission: Admission, flavors: list[FlavorSpec], resumed: bool,
+    async def unsuspend(self, st: JobState, admission: Admission, flavors: dict[str, PodSetInfo], resumed: bool,
                         only_suspended: bool = False) -> None:
         def change(job: dict) -> dict | None:
-            if only_suspended and not self.adapter.suspended(job):
+            if only_suspended and not st.kind.suspended(job):
                 return None
-            if not self.fits(job, admission):
+            if not self.fits(st, job, admission):
                 return None  # changed since it was admitted: the Job's own event evicts it
-            return self.adapter.run(job, flavors)
+            return st.kind.run(job, flavors)
 
         try:
             result = await self._update(st, change)
@@ -238,10 +157,10 @@ class JobSteering:
             self.events.event(st, "Resumed" if resumed else "Started",
                               f"Admitted by clusterQueue {admission.cluster_queue}")
 
-    def fits(self, job: dict, admission: Admission) -> bool:
+    def fits(self, st: JobState, job: dict, admission: Admission) -> bool:
         """The Job's pods are what the admission reserved (equivalence.admission_mismatch)."""
         try:
-            return admission_mismatch(self.adapter.pod_sets(job), admission) is None
+            return admission_mismatch(st.kind.pod_sets(job), admission) is None
         except (ValidationError, ValueError):
             return False
 
@@ -251,7 +170,7 @@ class JobSteering:
         its current template (still carrying the flavor it ran on) limits where it can go."""
         body = getattr(exc, "body", "") or ""
         log.warning("the API refused the pod template of %s for flavor(s) %s: %s", st.key,
-                    admission.flavors_of(W.MAIN), body[:300])
+                    admission.flavors, body[:300])
         self.refused.append(st.key)
         engine = self.sched.engine
         rid = self.writes.release(admission.cluster_queue)
@@ -259,7 +178,7 @@ class JobSteering:
             engine.finish(st.key)
         st.phase = "blocked"
         st.refusals += 1
-        flavors = ", ".join(sorted(set(admission.flavors_of(W.MAIN).values())))
+        flavors = ", ".join(sorted({f for by_res in admission.flavors.values() for f in by_res.values()}))
         message = (f"couldn't admit to flavor {flavors}: the API refused the change of the Job's pod template "
                    f"(its nodeSelector and tolerations may change only while it is suspended and has never "
                    f"started, Kubernetes 1.24); waiting for quota in a flavor its template already matches")
@@ -316,11 +235,11 @@ class JobSteering:
 
         async def write():
             self._stop_queued.discard(st.key)
-            changed = await self._update(st, lambda job: None if self.may_run(st) else self.adapter.suspend(job))
+            changed = await self._update(st, lambda job: None if self.may_run(st) else st.kind.suspend(job))
             if changed is not None and rid is not None:
                 # until its pods are gone - or its owner starts it again after this suspension (a
                 # later generation; the next stop takes over), or it is admitted meanwhile
-                ours = self.adapter.generation(changed)
+                ours = st.kind.generation(changed)
                 await self.wait_stopped(st, held=False, done=lambda: self.may_run(st) or self._restarted(st, ours))
 
         task = self.writes.chain(st.key + "/stop", write, release=rid)
@@ -334,7 +253,7 @@ class JobSteering:
         return lq.cluster_queue if lq is not None else None
 
     async def suspend(self, st: JobState) -> dict | None:
-        return await self._update(st, self.adapter.suspend)
+        return await self._update(st, st.kind.suspend)
 
     async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False,
                            fenced: Callable[[], bool] = lambda: True) -> None:
@@ -366,38 +285,47 @@ class JobSteering:
         """The Job, read live, is suspended or gone: its controller makes no new pod. (A replica of
         the extender whose cache lags more than ours would still place one of an unsuspended Job.)"""
         try:
-            job = await self.kube.request("GET", K.JOBS.path(st.namespace, st.name))
+            job = await self.kube.request("GET", st.kind.kind.path(st.namespace, st.name))
         except Exception as exc:
             if is_status(exc, 404):
                 return True
             raise
-        return job.get("metadata", {}).get("uid") != st.uid or self.adapter.suspended(job)
+        return job.get("metadata", {}).get("uid") != st.uid or st.kind.suspended(job)
 
     async def _live_pods(self, st: JobState) -> int:
+        """Its pods not terminated, by a live list: up its pods' owner chains, and, failing safe,
+        those whose chain breaks at an owner named after it (a JobSet's child Job, a RayJob's
+        RayCluster, gone from the cache before their pods)."""
         listed = await self.kube.request("GET", K.PODS.path(st.namespace))
-        return sum(1 for pod in listed.get("items") or ()
-                   if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                   and st.uid in self.adapter.pod_owners(pod))
+        count = 0
+        for pod in listed.get("items") or ():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            uids, broken = self.owners.chain(pod)
+            if st.uid in uids or (broken is not None and st.kind.kind is not K.JOBS
+                                  and str(broken.get("name", "")).startswith(st.name)):
+                count += 1
+        return count
 
     def _restarted(self, st: JobState, after_generation: int) -> bool:
         """The Job was started again by a change made after `after_generation` (the cache may still
         show it as it was before our suspension)."""
         job = self.job(st)
-        return (job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.suspended(job)
-                and self.adapter.generation(job) > after_generation)
+        return (job is not None and job["metadata"].get("uid") == st.uid and not st.kind.suspended(job)
+                and st.kind.generation(job) > after_generation)
 
     def _stopped(self, st: JobState, held: bool) -> bool:
         if not held and self.sched.jobs.get(st.key) is not st:
             return True
         job = self.job(st)
-        if job is not None and job["metadata"].get("uid") == st.uid and not self.adapter.stopped(job):
+        if job is not None and job["metadata"].get("uid") == st.uid and not st.kind.stopped(job):
             return False
         return self.pods_gone(st.uid)
 
     async def restore(self, st: JobState) -> None:
         """The Job's own pod template back (its scheduling fields as they were before admission)."""
         try:
-            await self._update(st, self.adapter.restore)
+            await self._update(st, st.kind.restore)
         except Exception as exc:
             if not is_status(exc, 422):
                 raise

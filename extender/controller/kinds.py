@@ -39,17 +39,18 @@ class Kind:
 
     def list_call(self, api: client.ApiClient) -> tuple[Callable, tuple[Any, ...]]:
         """The list function and positional arguments an Informer needs (all namespaces)."""
-        if self.group == KUEUE_GROUP:
+        calls = {
+            ("batch", "jobs"): client.BatchV1Api(api).list_job_for_all_namespaces,
+            ("", "pods"): client.CoreV1Api(api).list_pod_for_all_namespaces,
+            ("", "nodes"): client.CoreV1Api(api).list_node,
+            ("", "namespaces"): client.CoreV1Api(api).list_namespace,
+            ("scheduling.k8s.io", "priorityclasses"): client.SchedulingV1Api(api).list_priority_class,
+        }
+        call = calls.get((self.group, self.plural))
+        if call is None:  # Kueue's kinds and the other workload kinds' CRDs
             return checked(client.CustomObjectsApi(api).list_cluster_custom_object), (
                 self.group, self.version, self.plural)
-        calls = {
-            "jobs": client.BatchV1Api(api).list_job_for_all_namespaces,
-            "pods": client.CoreV1Api(api).list_pod_for_all_namespaces,
-            "nodes": client.CoreV1Api(api).list_node,
-            "namespaces": client.CoreV1Api(api).list_namespace,
-            "priorityclasses": client.SchedulingV1Api(api).list_priority_class,
-        }
-        return checked(calls[self.plural]), ()
+        return checked(call), ()
 
 
 def checked(list_func: Callable) -> Callable:

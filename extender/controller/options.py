@@ -1,5 +1,5 @@
 """The controller's settings: pacing of passes and writes, retries, watches, leader election, and
-what the Kueue Configuration says (managed Jobs, fair sharing, enforcement)."""
+what the Kueue Configuration says (managed Jobs, the kinds it queues, fair sharing, enforcement)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig
+from gpuqueue.jobframework.registry import IntegrationsConfig
 
 
 @dataclass
@@ -40,5 +41,6 @@ class Options:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     managed_jobs: ManagedJobsConfig = field(default_factory=ManagedJobsConfig)
+    integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)  # the kinds it queues
     fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
     enforcement: EnforcementConfig = field(default_factory=EnforcementConfig)  # the Configuration's `enforcement`

@@ -31,13 +31,14 @@ class RebuildFromApi:
         self.engine = engine
         self.jobs.clear()
         self.quota_objects.load(engine, self.informers)
-        jobs = sorted(self.informers["jobs"].list(),
-                      key=lambda j: (j["metadata"].get("creationTimestamp", ""), object_key(j)))
+        jobs = sorted(((job, kind) for kind in self.kinds for job in self.informers[kind.kind.name].list()),
+                      key=lambda jk: (jk[0]["metadata"].get("creationTimestamp", ""), object_key(jk[0]),
+                                      jk[1].kind.kind))
         tracked = set()
-        for job in jobs:
-            wl = self._workload_of(job)
-            if self.is_managed(job, wl):
-                st = self._rebuild(job, wl)
+        for job, kind in jobs:
+            wl = self._workload_of(job, kind)
+            if self.is_managed(job, wl, kind):
+                st = self._rebuild(job, wl, kind)
                 tracked.add(f"{st.namespace}/{st.wl_name}")
         live = {st.uid: st for st in self.jobs.values()}
         for wl in self.informers["workloads"].list():
@@ -49,9 +50,9 @@ class RebuildFromApi:
             else:
                 self.departures.restore(wl)
 
-    def _rebuild(self, job: dict, wl: dict | None) -> JobState:
-        st = self._track(job, wl)
-        finished = W.job_finished(job)
+    def _rebuild(self, job: dict, wl: dict | None, kind) -> JobState:
+        st = self._track(job, wl, kind)
+        finished = kind.finished(job)
         if finished:
             st.phase = "finished"
             if wl is not None and not W.is_true(wl, "Finished"):
@@ -78,7 +79,7 @@ class RebuildFromApi:
         self._submit(st, job, queued_at)
         if W.shows_reservation(wl):
             self.workload_writes.set_back(st)
-        if wl is not None and W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+        if wl is not None and W.pod_sets_differ(wl, st.kind.workload_pod_sets(job), st.queue_name):
             self.workload_writes.update_spec(st)  # changed while no leader ran
         self._steer(st, job)
         if wl is not None:
@@ -101,7 +102,7 @@ class RebuildFromApi:
             # the Job as it is now, and its Workload told so once the reservation is cleared)
             engine.evict(st.key, now)
             self.workload_writes.resume_eviction(st, adm.cluster_queue)
-            if W.pod_sets_differ(wl, W.pod_sets_of(job), st.queue_name):
+            if W.pod_sets_differ(wl, st.kind.workload_pod_sets(job), st.queue_name):
                 self.workload_writes.update_spec(st)
             return
         changed = admission_mismatch(spec.pod_sets, adm)

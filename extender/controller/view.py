@@ -1,11 +1,13 @@
 """The scheduler extender's ClusterView over Kubernetes objects: nodes and the GPUs bound pods
-take from Node and Pod objects, pods and their owners (Jobs) by UID, Workloads by their
+take from Node and Pod objects, pods and their owners (Jobs, and every kind the controller
+queues, with the owners between them and their pods) by UID, Workloads by their
 owner's UID, the resources ClusterQueues cover. ``ControllerClusterView`` keeps it current from
 the controller's watch caches (so a follower, whose engine is idle, answers as well as the
 leader); ``gpuqueue explain`` fills one from lists."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
@@ -17,9 +19,11 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 from gpuqueue.extender.scheduler.indexes import ViewIndexes
+from gpuqueue.extender.scheduler.ownership import count_key
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
                                               Violation, WorkloadEntry)
 from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
+from gpuqueue.jobframework.registry import BY_KIND
 
 if TYPE_CHECKING:
     from gpuqueue.extender.controller.controller import Controller
@@ -73,8 +77,11 @@ def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | Non
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise ValueError(f"podSetAssignments {ps}: count {count!r}")
             usage = {r: W.parse_engine_int(r, q) for r, q in (psa.get("resourceUsage") or {}).items()}
-            pod_sets[ps] = PodSetAdmission(count, usage)
-            names.extend((psa.get("flavors") or {}).values())
+            own = list((psa.get("flavors") or {}).values())
+            # each pod set's pods go to its own flavors' nodes (a JobSet's driver on cpu nodes,
+            # its workers on GPU nodes), not to the union of the Workload's
+            pod_sets[ps] = PodSetAdmission(count, usage, flavor_selector(own, flavors))
+            names.extend(own)
         flavor = flavor_selector(names, flavors)
     except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
         # Fail closed: pods of a Workload whose admission cannot be read get no node.
@@ -124,7 +131,8 @@ class CacheView(ViewIndexes):
             self._nodes.release(pod.uid)
         elif node:  # bound and not terminated (deleted or not: the kubelet frees its GPUs when it is gone)
             rest = {r: v for r, v in pod.requests.items() if r != GPU_RESOURCE}
-            self._nodes.bind(pod.uid, node, pod.gpus, rest, pod.controller_uid)
+            # counted with its pod set's other pods (a Job's: under the Job's uid, as before)
+            self._nodes.bind(pod.uid, node, pod.gpus, rest, count_key(self, pod))
 
     def remove_pod(self, obj: dict) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -132,9 +140,14 @@ class CacheView(ViewIndexes):
         self._nodes.release(uid)
 
     def upsert_job(self, obj: dict) -> None:
+        self.upsert_owner("Job", obj)
+
+    def upsert_owner(self, kind: str, obj: dict) -> None:
+        """An object pods belong to, directly or through others (a Job, a JobSet, a PyTorchJob, a
+        RayCluster, ...): ``kind`` names its integration."""
         meta = obj.get("metadata") or {}
         if meta.get("uid"):
-            self.put_owner(Owner(meta["uid"], meta.get("namespace") or "", "Job", meta.get("name") or "",
+            self.put_owner(Owner(meta["uid"], meta.get("namespace") or "", kind, meta.get("name") or "",
                                  _controller_uid(meta)))
 
     def remove_job(self, obj: dict) -> None:
@@ -192,9 +205,40 @@ class ControllerClusterView(CacheView):
         on("nodes", self.upsert_node, self.remove_node)
         on("pods", self.upsert_pod, self.remove_pod)
         on("jobs", self.upsert_job, self.remove_job)
+        for kind in ctl.crd_kinds:  # every other kind it queues, and the owners between them and their pods
+            if kind.kind in BY_KIND:
+                on(kind.name, functools.partial(self.upsert_owner, kind.kind), self.remove_job)
         on("workloads", self.upsert_workload, self.remove_workload)
         on("clusterqueues", lambda obj: self.cluster_queues_changed(), lambda obj: self.cluster_queues_changed())
         on("resourceflavors", self._flavors_changed, self._flavors_changed)
+        self._recounted = False
+
+    def _recount_once_synced(self) -> None:
+        """A pod is counted on its node under its pod set's key, which its Workload and the owners
+        between them decide; at a start the pods may be listed before those, and counted under
+        their controller's uid. Once every cache is whole, every pod is counted again, once -
+        before any verb or event is answered from the caches."""
+        if self._recounted or not self.ctl.synced:
+            return
+        self._recounted = True
+        for pod in self.ctl.informers["pods"].list():
+            CacheView.upsert_pod(self, pod)
+
+    def upsert_pod(self, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_pod(obj)
+
+    def upsert_owner(self, kind: str, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_owner(kind, obj)
+
+    def upsert_workload(self, obj: dict) -> None:
+        self._recount_once_synced()
+        super().upsert_workload(obj)
+
+    def workload_owned_by(self, uid: str):
+        self._recount_once_synced()
+        return super().workload_owned_by(uid)
 
     def _flavors_changed(self, obj: dict) -> None:
         for wl in self.ctl.informers["workloads"].list():  # admitted Workloads carry their flavors' labels

@@ -1,25 +1,26 @@
 """Pure functions over Kueue's Workload and the Job it stands for: its name, its spec, its
-conditions, its `status.admission`, and the pod-template changes admission makes to the Job."""
+conditions, its `status.admission`."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import time
 from typing import Any
 
 import orjson
 
-from gpuqueue.extender.quota.model import Admission, FlavorSpec
+from gpuqueue.extender.controller.managed_kinds import ManagedKind, batch_job
+from gpuqueue.jobframework import names
+from gpuqueue.jobframework.kinds.batchjob import ORIGINAL_SCHEDULING_ANNOTATION  # noqa: F401 - tests read it here
+from gpuqueue.extender.quota.model import Admission
 from gpuqueue.api.quantity import format_engine_int as _format_engine_int
 from gpuqueue.api.quantity import parse_engine_int as _parse_engine_int
 from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 MAIN = "main"
-# The Job's own scheduling fields before admission added a flavor's, to put back on preemption.
-ORIGINAL_SCHEDULING_ANNOTATION = "gpuqueue.io/original-pod-scheduling"
+BATCH_JOB = batch_job()
 
 HUMAN_PREEMPTION_REASONS = {
     "InClusterQueue": "prioritization in the ClusterQueue",
@@ -77,45 +78,17 @@ def parse_time(value: str | None) -> float | None:
 
 
 def workload_name(job_name: str, job_uid: str) -> str:
-    """Kueue's shape, `job-NAME-HASH`: stable for one Job, different for a recreated one."""
-    suffix = hashlib.sha256(job_uid.encode()).hexdigest()[:5]
-    return f"job-{job_name[:240]}-{suffix}"
-
-
-def job_finished(job: dict) -> str | None:
-    """'Complete' or 'Failed' once the Job is done, else None."""
-    for c in (job.get("status") or {}).get("conditions") or ():
-        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-            return c["type"]
-    return None
-
-
-def pod_count(job: dict) -> int:
-    spec = job.get("spec") or {}
-    parallelism = spec.get("parallelism", 1)
-    completions = spec.get("completions")
-    return min(parallelism, completions) if completions is not None else parallelism
-
-
-def original_template(job: dict) -> dict:
-    """The Job's pod template as its owner wrote it (before any flavor was injected)."""
-    template = json_copy((job.get("spec") or {}).get("template") or {})
-    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_SCHEDULING_ANNOTATION)
-    if raw:
-        _put_scheduling(template, orjson.loads(raw))
-    return template
-
-
-def pod_sets_of(job: dict) -> list[dict]:
-    """The Workload's `spec.podSets` for a Job: its own pod template (without any flavor's)."""
-    return [{"name": MAIN, "count": pod_count(job), "template": original_template(job)}]
+    """Kueue's name for a batch/v1 Job's Workload, `job-NAME-HASH` (names.workload_name): stable
+    for one Job, different for a recreated one."""
+    return names.workload_name("Job", "batch", job_name, job_uid)
 
 
 _TEMPLATE_FIELDS = ("nodeSelector", "tolerations", "affinity", "overhead")
 
 
 def pod_sets_differ(wl: dict, pod_sets: list[dict], queue_name: str) -> bool:
-    """The Workload's spec no longer says what `pod_sets` (pod_sets_of) and `queue_name` say: by
+    """The Workload's spec no longer says what `pod_sets` (ManagedKind.workload_pod_sets) and
+    `queue_name` say: by
     what decides admission (Kueue compares each container's resources; so does this, and the
     scheduling fields), not by representation."""
     spec = wl.get("spec") or {}
@@ -133,12 +106,14 @@ def _pod_set_key(ps: dict) -> tuple:
             [pod.get(k) or None for k in _TEMPLATE_FIELDS])
 
 
-def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None, queue_name: str) -> dict:
+def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None, queue_name: str,
+                   kind: ManagedKind = BATCH_JOB, name: str | None = None) -> dict:
+    """`name`: the Workload's (default: Kueue's name for the owner)."""
     meta = job["metadata"]
     spec: dict[str, Any] = {
         "active": True,
         "queueName": queue_name,
-        "podSets": pod_sets_of(job),
+        "podSets": kind.workload_pod_sets(job),
         "priority": priority,
     }
     if priority_class is not None:
@@ -147,42 +122,44 @@ def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | N
         "apiVersion": WORKLOAD_API_VERSION,
         "kind": "Workload",
         "metadata": {
-            "name": workload_name(meta["name"], meta["uid"]),
+            "name": name or kind.integration.workload_name(job),
             "namespace": meta["namespace"],
             "labels": {JOB_UID_LABEL: meta["uid"]},
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
-                                 "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": [{"apiVersion": kind.kind.api_version, "kind": kind.kind.kind, "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": spec,
     }
 
 
-def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: dict[str, int]) -> tuple[str, str] | None:
+def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: dict[str, int],
+                      kind: ManagedKind = BATCH_JOB) -> tuple[str, str] | None:
     labels = (job.get("metadata") or {}).get("labels") or {}
     wpc = labels.get(PRIORITY_CLASS_LABEL)
     if wpc and wpc in workload_classes:
         return wpc, "kueue.x-k8s.io/workloadpriorityclass"
-    pc = (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("priorityClassName")
+    pc = kind.integration.priority_class_name(job, kind.lookup)
     if pc and pc in pod_classes:
         return pc, "scheduling.k8s.io/priorityclass"
     return None
 
 
-def _job_owner(obj: dict) -> dict:
+def owner_ref(obj: dict) -> dict:
+    """Its controller ownerReference ({} if none): a Workload's owner, of whatever kind."""
     for ref in obj["metadata"].get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and ref.get("controller"):
+        if ref.get("controller"):
             return ref
     return {}
 
 
 def owner_job(obj: dict) -> str:
-    """The name of the Job that controls `obj` ("" if none)."""
-    return _job_owner(obj).get("name", "")
+    """The name of the object that controls `obj` ("" if none)."""
+    return owner_ref(obj).get("name", "")
 
 
 def owner_uid(obj: dict) -> str:
-    """The UID of the Job that controls `obj` ("" if none)."""
-    return _job_owner(obj).get("uid", "")
+    """The UID of the object that controls `obj` ("" if none)."""
+    return owner_ref(obj).get("uid", "")
 
 
 # -- conditions -----------------------------------------------------------------------------------------
@@ -243,12 +220,10 @@ def preemption_message(preemptor_uid: str, preemptor_job_uid: str, reason: str, 
 # -- admission -------------------------------------------------------------------------------------------
 
 def admission_to_status(a: Admission) -> dict:
+    """Kueue's `status.admission`: each pod set with its own flavors and what its own pods take."""
     assignments = []
     for ps, flavors in sorted(a.flavors.items()):
-        usage: dict[str, str] = {}
-        for (flavor, res), v in sorted(a.usage.items()):
-            if flavors.get(res) == flavor:
-                usage[res] = format_engine_int(res, v)
+        usage = {res: format_engine_int(res, v) for res, v in sorted(a.usage_of(ps).items())}
         assignments.append({"name": ps, "flavors": dict(sorted(flavors.items())), "resourceUsage": usage,
                             "count": a.counts.get(ps, 1)})
     return {"clusterQueue": a.cluster_queue, "podSetAssignments": assignments}
@@ -257,16 +232,20 @@ def admission_to_status(a: Admission) -> dict:
 def admission_from_status(admission: dict) -> Admission:
     flavors: dict[str, dict[str, str]] = {}
     usage: dict[tuple[str, str], int] = {}
+    pod_set_usage: dict[str, dict[str, int]] = {}
     counts: dict[str, int] = {}
     for psa in admission.get("podSetAssignments") or ():
         name = psa.get("name", MAIN)
         flavors[name] = dict(psa.get("flavors") or {})
         counts[name] = int(psa.get("count", 1))
+        own = pod_set_usage.setdefault(name, {})
         for res, qty in (psa.get("resourceUsage") or {}).items():
+            amount = parse_engine_int(res, qty)
+            own[res] = own.get(res, 0) + amount
             fr = (flavors[name].get(res, ""), res)
-            usage[fr] = usage.get(fr, 0) + parse_engine_int(res, qty)
+            usage[fr] = usage.get(fr, 0) + amount
     return Admission(cluster_queue=admission["clusterQueue"], flavors=flavors, usage=usage, counts=counts,
-                     borrowing=False)
+                     borrowing=False, pod_set_usage=pod_set_usage)
 
 
 # -- status edits -------------------------------------------------------------------------------------------
@@ -374,56 +353,3 @@ def with_requeued(wl: dict, queued: bool, reason: str, message: str) -> dict | N
     st["conditions"] = set_condition(st.get("conditions") or [], "Requeued", status, reason, message, now_rfc3339(),
                                      wl["metadata"].get("generation"))
     return wl
-
-
-# -- the Job's pod template ---------------------------------------------------------------------------------
-
-def _scheduling(template: dict) -> dict:
-    spec = template.get("spec") or {}
-    return {k: json_copy(spec[k]) for k in ("nodeSelector", "tolerations") if k in spec}
-
-
-def _put_scheduling(template: dict, fields: dict) -> None:
-    spec = template.setdefault("spec", {})
-    for k in ("nodeSelector", "tolerations"):
-        if k in fields:
-            spec[k] = json_copy(fields[k])
-        else:
-            spec.pop(k, None)
-
-
-def admitted_job(job: dict, flavors: list[FlavorSpec]) -> dict:
-    """The Job unsuspended with the flavors' nodeLabels and tolerations in its pod template; the
-    template's own scheduling fields are recorded in an annotation (once) to restore later."""
-    out = json_copy(job)
-    meta = out["metadata"]
-    annotations = meta.setdefault("annotations", {})
-    template = out["spec"]["template"]
-    if ORIGINAL_SCHEDULING_ANNOTATION not in annotations:
-        annotations[ORIGINAL_SCHEDULING_ANNOTATION] = orjson.dumps(_scheduling(template)).decode()
-    template = original_template(out)
-    spec = template.setdefault("spec", {})
-    for f in flavors:
-        if f.node_labels:
-            spec.setdefault("nodeSelector", {}).update(dict(f.node_labels))
-        for t in f.tolerations:
-            tol = t.to_dict() if hasattr(t, "to_dict") else t.model_dump(by_alias=True, exclude_none=True)
-            if tol not in spec.setdefault("tolerations", []):
-                spec["tolerations"].append(tol)
-    out["spec"]["template"] = template
-    out["spec"]["suspend"] = False
-    return out
-
-
-def suspended_job(job: dict) -> dict:
-    out = json_copy(job)
-    out["spec"]["suspend"] = True
-    return out
-
-
-def restored_job(job: dict) -> dict:
-    """The suspended Job with its own pod template back (the annotation dropped)."""
-    out = json_copy(job)
-    out["spec"]["template"] = original_template(job)
-    (out["metadata"].get("annotations") or {}).pop(ORIGINAL_SCHEDULING_ANNOTATION, None)
-    return out

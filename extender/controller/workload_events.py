@@ -22,7 +22,7 @@ class WorkloadEvents:
         nothing of it."""
         if not self.recovered:
             return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
+        st = self.state_of_workload(wl)
         if st is not None and st.wl_name == wl["metadata"]["name"]:
             self.job_steering.poke(st.uid)  # an eviction waits for the cache to show it (wait_stopped)
             self._follow_active(st, wl)
@@ -54,14 +54,14 @@ class WorkloadEvents:
         again with a new Workload - whatever its labels say now."""
         if not self.recovered:
             return
-        st = self.jobs.get(f"{wl['metadata'].get('namespace')}/{W.owner_job(wl)}")
+        st = self.state_of_workload(wl)
         if st is None or st.wl_name != wl["metadata"]["name"] or st.phase == "finished":
             return
-        job = self.informers["jobs"].get(st.key)
+        job = self.job_steering.job(st)
         self._forget(st)
         if job is not None and job["metadata"]["uid"] == st.uid:
             log.info("workload %s/%s deleted while its Job lives: requeueing", st.namespace, st.wl_name)
-            self._on_job(job, held=True)
+            self._on_job(job, held=True, kind=st.kind)
         self.mark_dirty()
 
 

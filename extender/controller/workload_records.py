@@ -57,7 +57,7 @@ class WorkloadRecordKeeping:
             job = self.jobs.job(st)
             if job is None or job["metadata"].get("uid") != st.uid or self.sched.jobs.get(st.key) is not st:
                 return
-            pod_sets = W.pod_sets_of(job)
+            pod_sets = st.kind.workload_pod_sets(job)
 
             def change(wl: dict) -> dict | None:
                 if W.shows_reservation(wl) or not W.pod_sets_differ(wl, pod_sets, st.queue_name):

@@ -31,7 +31,7 @@ from gpuqueue.extender.quota.model import Admission
 class WorkloadWrites(WorkloadRecordKeeping):
     def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
                  writes: Writes, events: EventRecorder, metrics: Metrics, priorities: convert.PriorityResolver,
-                 priority_of: Callable[[dict], int], status_changed: Callable[[], None],
+                 priority_of: Callable[..., int], status_changed: Callable[[], None],
                  departed: Callable[[JobState, d.Decision], None]) -> None:
         """`status_changed`: the queues' status may show something else now (QueueStatus.changed);
         `departed`: takes the engine's decisions about a gone Job's reservation (Departures.decided)."""
@@ -98,9 +98,9 @@ class WorkloadWrites(WorkloadRecordKeeping):
             job = self.jobs.job(st)
             if job is None:
                 return
-            pc = W.priority_class_of(job, self.priorities.workload_classes, self.priorities.pod_classes)
-            priority = st.priority if st.priority is not None else self.priority_of(job)
-            body = W.build_workload(job, priority, pc, st.queue_name)
+            pc = W.priority_class_of(job, self.priorities.workload_classes, self.priorities.pod_classes, st.kind)
+            priority = st.priority if st.priority is not None else self.priority_of(job, st.kind)
+            body = W.build_workload(job, priority, pc, st.queue_name, st.kind, st.wl_name)
             try:
                 created = await self.kube.create(K.WORKLOADS, st.namespace, body)
             except Exception as exc:

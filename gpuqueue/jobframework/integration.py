@@ -155,6 +155,10 @@ class Integration:
     def pod_sets(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> list[PodSet]:
         raise NotImplementedError
 
+    def own_pod_sets(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> list[PodSet]:
+        """Its pod sets as its owner wrote them, before any admission's flavor."""
+        return self.pod_sets(obj, lookup)
+
     def priority_class_name(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> str | None:
         """Kueue's order: the WorkloadPriorityClass label (the caller checks that one), else the
         first pod set's template that names a PriorityClass."""
@@ -250,6 +254,13 @@ class TemplatedJob(Integration):
         if isinstance(annotations, dict):
             annotations.pop(self.original_annotation(), None)
         return None if out == obj else out
+
+    def own_pod_sets(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> list[PodSet]:
+        """Its pod sets with the templates' own scheduling fields (an admission's flavor taken
+        out): what its Workload records and compares."""
+        originals = self.originals(obj) or {}
+        return [PodSet(ps.name, ps.count, with_scheduling(ps.template, originals[ps.name]))
+                if ps.name in originals else ps for ps in self.pod_sets(obj, lookup)]
 
     # -- the record of the templates' own scheduling fields -------------------------------------------
     def original_annotation(self) -> str:
