@@ -122,6 +122,30 @@ async def _preempt_low(h: Harness) -> None:
     assert "due to prioritization in the ClusterQueue; preemptor path: /q; preemptee path: /q" in preempted["message"]
 
 
+async def test_a_workload_names_the_class_its_priority_comes_from_as_kueue_v1beta2_does():
+    """spec.priorityClassRef (group, kind, name), which the v1beta2 CRD keeps; the v1beta1 fields
+    priorityClassName/priorityClassSource are pruned by a real API server serving that CRD (and by
+    the stand-in, which serves manifests/crds), so nothing would show where the priority came from."""
+    wpc = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "urgent"},
+           "value": 5000}
+    async with Harness() as h:
+        for obj in two_pool_objects(f2_quota=0) + [wpc]:
+            await h.apply(obj)
+        await h.controller()
+        await h.submit(gpu_job("ml", "by-pod-class", priority_class="high"))
+        labelled = gpu_job("ml", "by-workload-class", priority_class="low")
+        labelled["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
+        await h.submit(labelled)
+        await eventually(lambda: h.workload_of("ml", "by-pod-class") and h.workload_of("ml", "by-workload-class"),
+                         what="both Workloads")
+        assert (h.workload_of("ml", "by-pod-class")["spec"]["priorityClassRef"], h.workload_of(
+            "ml", "by-pod-class")["spec"]["priority"]) == (
+            {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}, 1000)
+        assert (h.workload_of("ml", "by-workload-class")["spec"]["priorityClassRef"], h.workload_of(
+            "ml", "by-workload-class")["spec"]["priority"]) == (
+            {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "urgent"}, 5000)
+
+
 async def test_preempted_job_gets_its_template_back_where_kubernetes_allows_it():
     async with Harness() as h:
         h.api.job_controller.keep_start_time_on_suspend = False  # 1.27+: startTime cleared on suspend

@@ -16,13 +16,14 @@ JOB = {"metadata": {"namespace": "ml", "name": "train", "uid": "u-1",
 
 
 def test_workload_from_job():
-    wl = W.build_workload(JOB, 1000, ("high", "scheduling.k8s.io/priorityclass"), "default")
+    wl = W.build_workload(JOB, 1000, {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}, "default")
     assert wl["metadata"]["name"] == W.workload_name("train", "u-1") and wl["metadata"]["name"].startswith("job-train-")
     assert W.workload_name("train", "u-2") != wl["metadata"]["name"]
     assert wl["metadata"]["ownerReferences"][0] == {"apiVersion": "batch/v1", "kind": "Job", "name": "train",
                                                     "uid": "u-1", "controller": True, "blockOwnerDeletion": True}
     assert wl["spec"]["podSets"][0]["count"] == 2  # min(parallelism, completions)
-    assert wl["spec"]["priority"] == 1000 and wl["spec"]["priorityClassName"] == "high"
+    assert wl["spec"]["priority"] == 1000
+    assert wl["spec"]["priorityClassRef"] == {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}
     assert wl["spec"]["queueName"] == "default"
 
 

@@ -15,7 +15,8 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 def workload(name: str, **spec) -> dict:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name},
-            "spec": {"queueName": "q", **spec}}
+            "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                "containers": [{"name": "c", "image": "i"}]}}}], **spec}}
 
 
 class Recorder:
@@ -115,7 +116,7 @@ async def test_410_relists_and_handlers_see_a_consistent_view(api, co):
         api.drop_watches()
         # all of this happens before the informer can reconnect, and the history is then forgotten
         api.cluster.delete(R.WORKLOADS, "team-b", "goes")
-        api.cluster.patch(R.WORKLOADS, "team-b", "changes", "application/merge-patch+json", {"spec": {"x": 1}})
+        api.cluster.patch(R.WORKLOADS, "team-b", "changes", "application/merge-patch+json", {"spec": {"priority": 7}})
         api.cluster.create(R.WORKLOADS, "team-b", workload("new"))
         api.compact()
         await eventually(lambda: inf.lists == 2 and cache_view(inf) == server_view(api))
@@ -151,7 +152,7 @@ async def test_update_retries_on_conflict_from_a_fresh_read(api, co):
     async def read():
         if not reads:
             # someone else writes between our read and our update the first time round
-            api.cluster.patch(R.WORKLOADS, "team-b", "wl", "application/merge-patch+json", {"spec": {"other": 1}})
+            api.cluster.patch(R.WORKLOADS, "team-b", "wl", "application/merge-patch+json", {"spec": {"queueName": "q2"}})
             reads.append(stale)
             return stale
         fresh = await co.get_namespaced_custom_object(*KUEUE, "team-b", "workloads", "wl")
@@ -166,7 +167,7 @@ async def test_update_retries_on_conflict_from_a_fresh_read(api, co):
         return await co.replace_namespaced_custom_object(*KUEUE, "team-b", "workloads", "wl", obj)
 
     out = await retry_on_conflict(read, change, send, attempts=3)
-    assert len(reads) == 2 and out["spec"] == {"queueName": "q", "other": 1, "priority": 5}
+    assert len(reads) == 2 and (out["spec"]["queueName"], out["spec"]["priority"]) == ("q2", 5)
 
     api.faults.add(r"/workloads/wl$", method="PUT", status=409, times=5)
     fresh = lambda: co.get_namespaced_custom_object(*KUEUE, "team-b", "workloads", "wl")  # noqa: E731
@@ -246,7 +247,7 @@ async def test_a_transform_applies_to_listed_and_watched_objects_before_store_an
     assert "managedFields" in stored["metadata"] and "template" in stored["spec"]["podSets"][0]
     for obj in [inf.get("team-b/listed"), inf.get("team-b/watched"), *seen]:
         assert "managedFields" not in obj["metadata"]
-        assert obj["spec"]["podSets"] == [{"name": "main"}]
+        assert obj["spec"]["podSets"] == [{"name": "main", "count": 1}]  # (count: the CRD's default)
         assert obj["spec"]["queueName"] == "q"
     assert len(seen) == 2
 

@@ -248,7 +248,7 @@ def test_stop_and_resume_a_workload(gq, cluster):
     name = "job-job-2-bbbbb"
     assert gq("stop", "workload", name, "--dry-run", "server") == (
         0, f"workload.kueue.x-k8s.io/{name} stopped (server dry run)\n", "")
-    assert "active" not in cluster.get(R.WORKLOADS, "team-a", name)["spec"]
+    assert cluster.get(R.WORKLOADS, "team-a", name)["spec"]["active"] is True  # the CRD's default, unchanged
     assert gq("stop", "wl", name) == (0, f"workload.kueue.x-k8s.io/{name} stopped\n", "")
     assert cluster.get(R.WORKLOADS, "team-a", name)["spec"]["active"] is False
     assert gq("resume", "workload", name)[0] == 0
@@ -264,12 +264,12 @@ def test_stopping_what_does_not_exist(gq):
 def test_create_a_localqueue(gq, cluster):
     assert gq("create", "localqueue", "lq-new", "-c", "cq-a", "-n", "team-b") == (
         0, "localqueue.kueue.x-k8s.io/lq-new created\n", "")
-    assert cluster.get(R.LOCAL_QUEUES, "team-b", "lq-new")["spec"] == {"clusterQueue": "cq-a"}
+    assert cluster.get(R.LOCAL_QUEUES, "team-b", "lq-new")["spec"] == {"clusterQueue": "cq-a", "stopPolicy": "None"}
     code, out, err = gq("create", "lq", "lq-2", "-c", "missing")
     assert (code, out) == (1, "")
     assert err == 'gpuqueue create: the API server answered 404 Not Found: clusterqueues.kueue.x-k8s.io "missing" not found\n'
     assert gq("create", "lq", "lq-2", "-c", "missing", "-i")[0] == 0
-    assert cluster.get(R.LOCAL_QUEUES, "team-a", "lq-2")["spec"] == {"clusterQueue": "missing"}
+    assert cluster.get(R.LOCAL_QUEUES, "team-a", "lq-2")["spec"] == {"clusterQueue": "missing", "stopPolicy": "None"}
 
 
 # -- what it may call, and the plugin ----------------------------------------------------------------

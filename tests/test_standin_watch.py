@@ -153,7 +153,8 @@ async def test_deleting_a_job_collects_what_it_owns(api, k8s):
               "controller": True, "blockOwnerDeletion": True}]
     await co.create_namespaced_custom_object(*KUEUE, "team-b", "workloads", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": "job-owner-1", "ownerReferences": owner}, "spec": {}})
+        "metadata": {"name": "job-owner-1", "ownerReferences": owner},
+        "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}]}})
     await eventually(lambda: _pods_of(core, "owner"))
     await batch.delete_namespaced_job("owner", "team-b", propagation_policy="Background")
 

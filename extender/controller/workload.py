@@ -106,7 +106,7 @@ def _pod_set_key(ps: dict) -> tuple:
             [pod.get(k) or None for k in _TEMPLATE_FIELDS])
 
 
-def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | None, queue_name: str,
+def build_workload(job: dict, priority: int, priority_class: dict | None, queue_name: str,
                    kind: ManagedKind = BATCH_JOB, name: str | None = None) -> dict:
     """`name`: the Workload's (default: Kueue's name for the owner)."""
     meta = job["metadata"]
@@ -117,7 +117,7 @@ def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | N
         "priority": priority,
     }
     if priority_class is not None:
-        spec["priorityClassName"], spec["priorityClassSource"] = priority_class
+        spec["priorityClassRef"] = priority_class
     return {
         "apiVersion": WORKLOAD_API_VERSION,
         "kind": "Workload",
@@ -133,14 +133,16 @@ def build_workload(job: dict, priority: int, priority_class: tuple[str, str] | N
 
 
 def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: dict[str, int],
-                      kind: ManagedKind = BATCH_JOB) -> tuple[str, str] | None:
+                      kind: ManagedKind = BATCH_JOB) -> dict | None:
+    """The Workload's `spec.priorityClassRef` (v1beta2: group, kind, name), or None when its
+    priority comes from no class."""
     labels = (job.get("metadata") or {}).get("labels") or {}
     wpc = labels.get(PRIORITY_CLASS_LABEL)
     if wpc and wpc in workload_classes:
-        return wpc, "kueue.x-k8s.io/workloadpriorityclass"
+        return {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}
     pc = kind.integration.priority_class_name(job, kind.lookup)
     if pc and pc in pod_classes:
-        return pc, "scheduling.k8s.io/priorityclass"
+        return {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc}
     return None
 
 

@@ -8,7 +8,10 @@ are unstructured JSON (keys sorted) and list items carry kind/apiVersion (fixtur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,23 @@ def _builtin(group: str, version: str, plural: str, kind: str, namespaced: bool,
     return ResourceType(group, version, plural, kind, namespaced, **kw)
 
 
+_KUEUE_CRDS = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+
+
+def _kueue_schema(plural: str) -> dict | None:
+    """The storage version's schema of gpuqueue's own CRD (manifests/crds), so that what the
+    controller writes is pruned and validated as a real API server serving that CRD would."""
+    path = _KUEUE_CRDS / f"kueue.x-k8s.io_{plural}.yaml"
+    if not path.exists():
+        return None
+    crd = yaml.safe_load(path.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    return version["schema"]["openAPIV3Schema"]
+
+
 def _kueue(plural: str, kind: str, namespaced: bool, status: bool = True) -> ResourceType:
     return ResourceType("kueue.x-k8s.io", "v1beta2", plural, kind, namespaced,
-                        status_subresource=status, custom=True, has_generation=True)
+                        status_subresource=status, custom=True, has_generation=True, schema=_kueue_schema(plural))
 
 
 # Bookmark objects of built-in kinds are an empty object of that kind as Go encodes it: non-omitempty
