@@ -9,7 +9,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
-from gpuqueue.kube import Informer, retry_on_conflict
+from gpuqueue.kube import Informer, object_key, retry_on_conflict
 
 
 async def read_modify_write(kube: KubeApi, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
@@ -63,13 +63,25 @@ class WorkloadRecords:
     def __init__(self, kube: KubeApi, workloads: Informer) -> None:
         self.kube = kube
         self.cache = workloads
+        # Workloads our creates returned, kept only until the watch brings them (issue 16: kept
+        # for good, with managedFields, they were a quarter of the controller's memory)
+        self._created: dict[str, dict] = {}
+        workloads.add_handler(on_add=self._seen, on_update=lambda _old, new: self._seen(new), on_delete=self._seen)
+
+    def _seen(self, wl: dict) -> None:
+        self._created.pop(object_key(wl), None)
+
+    def created(self, st: JobState, wl: dict) -> None:
+        """Our create of `st`'s Workload returned `wl` (trimmed as the cache trims what it keeps)."""
+        key = f"{st.namespace}/{st.wl_name}"
+        if self.cache.get(key) is None:
+            self._created[key] = self.cache.transform(wl) if self.cache.transform is not None else wl
 
     def get(self, st: JobState) -> dict | None:
         """The cached Workload; until the watch brings it, the one our create returned."""
-        cached = self.cache.get(f"{st.namespace}/{st.wl_name}")
-        if cached is None and st.wl_created is not None:
-            return st.wl_created
-        return cached
+        key = f"{st.namespace}/{st.wl_name}"
+        cached = self.cache.get(key)
+        return cached if cached is not None else self._created.get(key)
 
     def uid(self, st: JobState | None) -> str:
         if st is None:

@@ -110,7 +110,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                     return  # namespace gone
                 raise
             st.wl_uid = created["metadata"].get("uid", "")
-            st.wl_created = created
+            self.workloads.created(st, created)
             self.events.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
 
         task = self.writes.chain(st.key, create)
