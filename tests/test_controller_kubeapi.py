@@ -112,3 +112,29 @@ async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
     assert order == ["other"]
     assert not slots.withdraw("pending-message:ns/job")  # nothing waits under that tag any more
     await slots.take(ORDINARY)  # every slot came back
+
+
+async def test_within_a_class_a_call_of_higher_priority_goes_first_fifo_among_equals():
+    """Issue 16: a large Job's Workload creation does not wait behind the small Jobs' creations."""
+    import asyncio
+
+    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, Slots
+
+    slots = Slots(1)
+    await slots.take(ORDINARY)
+    order: list[str] = []
+
+    async def call(name: str, cls: int, priority: int):
+        await slots.take(cls, None, priority)
+        order.append(name)
+        slots.give()
+
+    tasks = [asyncio.ensure_future(call(name, cls, prio)) for name, cls, prio in (
+        ("small-1", ORDINARY, 0), ("small-2", ORDINARY, 0), ("inform-high", INFORM, 1000),
+        ("medium", ORDINARY, 100), ("large", ORDINARY, 200), ("small-3", ORDINARY, 0))]
+    await asyncio.sleep(0)
+    assert slots.waiting(ORDINARY) == 5 and slots.waiting() == 6
+    slots.give()
+    await asyncio.gather(*tasks)
+    assert order == ["large", "medium", "small-1", "small-2", "small-3", "inform-high"]
+    assert slots.waiting() == 0

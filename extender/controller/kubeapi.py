@@ -4,8 +4,9 @@ paced by one token bucket and bounded in concurrency, so a deep queue cannot flo
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
+import heapq
+import itertools
 import os
 from typing import Any
 from urllib.parse import urlencode
@@ -34,69 +35,83 @@ CALL_CLASS = contextvars.ContextVar("gpuqueue_call_class", default=ORDINARY)
 # withdrawn (Slots.withdraw): a Job's Workload creation moves up once the engine has admitted the
 # Job, its pending message is dropped - both are chained before its admission.
 CALL_TAG: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuqueue_call_tag", default=None)
+# Within a class, a call of higher priority goes first (issue 16: a large Job's Workload creation
+# waited behind thousands of small Jobs' creations although the engine would admit it at once).
+CALL_PRIORITY = contextvars.ContextVar("gpuqueue_call_priority", default=0)
 
 
 class Slots:
-    """At most n calls at once; a waiting call of a more urgent class goes first, FIFO within one."""
+    """At most n calls at once; a waiting call of a more urgent class goes first, then within a
+    class the one of higher priority (CALL_PRIORITY), FIFO among equals."""
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._waiting = tuple(collections.deque() for _ in (URGENT, ORDINARY, INFORM))
-        self._tagged: dict[str, tuple[int, asyncio.Future]] = {}  # tag -> (class, future) of a waiting call
+        # per class a heap of [-priority, arrival, future]; an entry moved or given up is left
+        # behind with its future set to None (promote, withdraw: no search through the heap)
+        self._waiting: tuple[list[list], ...] = tuple([] for _ in (URGENT, ORDINARY, INFORM))
+        self._arrivals = itertools.count()
+        self._class_of: dict[asyncio.Future, int] = {}  # the futures waiting, and their class now
+        self._queued = [0, 0, 0]  # how many wait, per class
+        self._tagged: dict[str, tuple[int, list]] = {}  # tag -> (class, heap entry) of a waiting call
 
-    async def take(self, cls: int = ORDINARY, tag: str | None = None) -> None:
-        if self._free > 0 and not any(self._waiting):
+    def waiting(self, cls: int = INFORM) -> int:
+        """Calls waiting for a slot in class `cls` or a more urgent one."""
+        return sum(self._queued[:cls + 1])
+
+    async def take(self, cls: int = ORDINARY, tag: str | None = None, priority: int = 0) -> None:
+        if self._free > 0 and not self._class_of:
             self._free -= 1
             return
         fut = asyncio.get_running_loop().create_future()
-        self._waiting[cls].append(fut)
+        entry = [-priority, next(self._arrivals), fut]
+        heapq.heappush(self._waiting[cls], entry)
+        self._class_of[fut] = cls
+        self._queued[cls] += 1
         if tag is not None:
-            self._tagged[tag] = (cls, fut)
+            self._tagged[tag] = (cls, entry)
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.give()  # handed a slot just as we were cancelled: pass it on
             else:
-                for queue in self._waiting:
-                    try:
-                        queue.remove(fut)
-                        break
-                    except ValueError:
-                        pass
+                self._queued[self._class_of.pop(fut)] -= 1  # its entry stays in the heap, skipped as done
             raise
         finally:
-            if tag is not None and self._tagged.get(tag, (0, None))[1] is fut:
+            if tag is not None and tag in self._tagged and self._tagged[tag][1][2] is fut:
                 del self._tagged[tag]
 
     def promote(self, tag: str, cls: int = URGENT) -> bool:
-        """Move the waiting call tagged `tag` to the back of the more urgent class `cls`."""
+        """Move the waiting call tagged `tag` to the back of the more urgent class `cls` (among the
+        calls of its priority)."""
         found = self._tagged.get(tag)
-        if found is None or found[0] <= cls or found[1].done():
+        if found is None or found[0] <= cls or found[1][2] is None or found[1][2].done():
             return False
-        old, fut = found
-        try:
-            self._waiting[old].remove(fut)
-        except ValueError:
-            return False
-        self._waiting[cls].append(fut)
-        self._tagged[tag] = (cls, fut)
+        old, entry = found
+        moved = [entry[0], next(self._arrivals), entry[2]]
+        entry[2] = None
+        heapq.heappush(self._waiting[cls], moved)
+        self._class_of[moved[2]] = cls
+        self._queued[old] -= 1
+        self._queued[cls] += 1
+        self._tagged[tag] = (cls, moved)
         return True
 
     def withdraw(self, tag: str) -> bool:
         """The call tagged `tag`, if still waiting for a slot, is given up: it raises
         CancelledError in its task, never having been sent."""
         found = self._tagged.get(tag)
-        if found is None or found[1].done():
+        if found is None or found[1][2] is None or found[1][2].done():
             return False
-        found[1].cancel()
+        found[1][2].cancel()
         return True
 
     def give(self) -> None:
-        for queue in self._waiting:
-            while queue:
-                fut = queue.popleft()
-                if not fut.done():
+        for heap in self._waiting:
+            while heap:
+                fut = heapq.heappop(heap)[2]
+                if fut is not None and not fut.done():
+                    self._queued[self._class_of.pop(fut)] -= 1
                     fut.set_result(None)
                     return
         self._free += 1
@@ -117,7 +132,7 @@ class KubeApi:
         if method != "GET":
             await self.limiter.acquire()
             self.writes += 1
-        await self._slots.take(CALL_CLASS.get(), CALL_TAG.get())
+        await self._slots.take(CALL_CLASS.get(), CALL_TAG.get(), CALL_PRIORITY.get())
         try:
             status, reason, data = await self._send(method, path, body, content_type, query or [])
         finally:
