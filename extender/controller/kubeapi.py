@@ -173,6 +173,10 @@ class KubeApi:
         """A waiting call tagged `tag` (CALL_TAG) goes with the urgent ones from now on."""
         return self._slots.promote(tag)
 
+    def waiting(self, cls: int = INFORM) -> int:
+        """Calls waiting for a connection in class `cls` or a more urgent one (writes behind)."""
+        return self._slots.waiting(cls)
+
     def withdraw(self, tag: str) -> bool:
         """A call tagged `tag` (CALL_TAG) still waiting for a connection is not sent (its task
         gets CancelledError)."""

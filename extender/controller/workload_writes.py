@@ -17,8 +17,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import (CALL_CLASS, CALL_PRIORITY, CALL_TAG, INFORM, URGENT, KubeApi,
-                                                  is_status)
+from gpuqueue.extender.controller.kubeapi import (CALL_CLASS, CALL_PRIORITY, CALL_TAG, INFORM, ORDINARY, URGENT,
+                                                  KubeApi, is_status)
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.workload_records import WorkloadRecordKeeping
 from gpuqueue.extender.controller.records import WorkloadRecords
@@ -49,12 +49,15 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.departed = departed
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
-        self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
+        self._pending_latest: dict[str, _PendingMessage] = {}  # key -> the pending message to write
 
     def forget_writes(self) -> None:
         """The writes were cancelled (Writes.cancel_all)."""
         self._created.clear()
         self.evicting.clear()
+        for waiting in self._pending_latest.values():
+            if waiting.timer is not None:
+                waiting.timer.cancel()
         self._pending_latest.clear()
 
     # -- decisions ----------------------------------------------------------------------------------------------
@@ -120,30 +123,61 @@ class WorkloadWrites(WorkloadRecordKeeping):
         task.add_done_callback(lambda t, k=st.key: self._created.pop(k, None) if self._created.get(k) is t else None)
 
     def pending(self, st: JobState, cq: str | None, message: str, reason: str) -> None:
+        """QuotaReserved=False with the engine's message - written only for a Workload still pending
+        `pending_message_delay` seconds after it was found pending, with the latest message
+        (coalesced), and never while creations, admissions or releases wait for a connection: it
+        informs, and competed with those for the API server while Jobs arrived (issue 16). Kueue
+        writes it at the first evaluation; docs/controller.md says why gpuqueue does not."""
+        waiting = self._pending_latest.get(st.key)
+        if waiting is not None:
+            waiting.message, waiting.reason = message, reason  # the write, when it comes, says the latest
+            return
+        waiting = self._pending_latest[st.key] = _PendingMessage(message, reason)
+        self._pending_later(st, waiting)
+
+    def _pending_later(self, st: JobState, waiting: _PendingMessage) -> None:
+        waiting.timer = asyncio.get_running_loop().call_later(self.writes.options.pending_message_delay,
+                                                              self._pending_due, st, waiting)
+
+    def _drop_pending(self, st: JobState) -> None:
+        waiting = self._pending_latest.pop(st.key, None)
+        if waiting is not None and waiting.timer is not None:
+            waiting.timer.cancel()
+        self.kube.withdraw(_pending_tag(st.key))  # one already chained and waiting for a connection is moot
+
+    def _pending_due(self, st: JobState, waiting: _PendingMessage) -> None:
+        if self._pending_latest.get(st.key) is not waiting:
+            return
+        if st.phase != "pending" or self.sched.jobs.get(st.key) is not st or not self.sched.leader:
+            del self._pending_latest[st.key]
+            return
+        if self.kube.waiting(ORDINARY):
+            self._pending_later(st, waiting)  # writes that matter are behind: later
+            return
+        waiting.timer = None
+
         def change(wl: dict) -> dict | None:
             if (wl.get("status") or {}).get("admission"):
                 return None  # admitted meanwhile; a later decision says otherwise if it is not
             c = W.condition(wl, "QuotaReserved")
-            if c is not None and c.get("status") == "False" and c.get("message") == message and c.get(
-                    "reason") == reason:
+            if c is not None and c.get("status") == "False" and c.get("message") == waiting.message and c.get(
+                    "reason") == waiting.reason:
                 return None
             status = wl.setdefault("status", {})
-            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason,
-                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False",
+                                                   waiting.reason, waiting.message, W.now_rfc3339(),
+                                                   wl["metadata"].get("generation"))
             return wl
 
-        first = W.condition(self.workloads.get(st), "QuotaReserved") is None
-        token = self._pending_latest[st.key] = object()
-
         async def write():
-            # Written only if it is still the last word when its turn in the chain comes: with a
-            # deep write queue a workload is often admitted, or given a newer message, meanwhile
-            # (a workload admitted at its first look never shows QuotaReserved=False, as in Kueue).
-            if self._pending_latest.get(st.key) is not token:
+            # Written only if it is still the word of the engine when its turn in the chain comes
+            # (a workload admitted meanwhile never shows QuotaReserved=False, as in Kueue).
+            if self._pending_latest.get(st.key) is not waiting:
                 return
             del self._pending_latest[st.key]
             if st.phase != "pending":
                 return
+            first = W.condition(self.workloads.get(st), "QuotaReserved") is None
             CALL_TAG.set(_pending_tag(st.key))  # admit() withdraws it while it waits for a connection
             try:
                 result = await self.workloads.update(st, change)
@@ -152,8 +186,8 @@ class WorkloadWrites(WorkloadRecordKeeping):
                     return  # withdrawn: the workload was admitted meanwhile (the chain goes on)
                 raise
             if result is not None and first and st.phase == "pending":
-                self.events.event(st, "Pending", message)
-                self.events.on_workload(st, self.workloads.uid(st), "Pending", message, "Warning")
+                self.events.event(st, "Pending", waiting.message)
+                self.events.on_workload(st, self.workloads.uid(st), "Pending", waiting.message, "Warning")
 
         self.writes.chain(st.key, write, call_class=INFORM)
 
@@ -163,7 +197,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         barrier = self.writes.barrier(admission.cluster_queue)
         if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
             self.kube.promote(_creation_tag(st.key))
-        self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
+        self._drop_pending(st)
         flavors = self.jobs.flavors(admission)
         wl = self.workloads.get(st)
         resumed = W.is_true(wl, "Requeued") or W.condition(wl, "Evicted") is not None
@@ -336,6 +370,16 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.writes.chain(st.key, write)
 
 
+
+
+class _PendingMessage:
+    """The pending message a Workload is to be told (the latest), and the timer that writes it."""
+
+    __slots__ = ("message", "reason", "timer")
+
+    def __init__(self, message: str, reason: str) -> None:
+        self.message, self.reason = message, reason
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def _creation_tag(key: str) -> str:
