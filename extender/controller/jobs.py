@@ -19,6 +19,7 @@ from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from gpuqueue.api import core
+from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_query
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
@@ -345,7 +346,17 @@ class JobSteering:
             pause = min(pause * 2, 1.0)
 
     async def _live_pods(self, st: JobState) -> int:
-        listed = await self.kube.request("GET", K.PODS.path(st.namespace))
+        # The Job's own pods by its selector (every pod its controller counts matches it), not the
+        # namespace's (issue 16); the whole namespace once the Job is gone or its selector unread.
+        job = self.job(st)
+        selector = (job.get("spec") or {}).get("selector") if job is not None and job["metadata"].get(
+            "uid") == st.uid else None
+        try:
+            check_label_selector(selector)
+            query = [("labelSelector", selector_query(selector))] if selector else None
+        except LabelSelectorError:
+            query = None
+        listed = await self.kube.request("GET", K.PODS.path(st.namespace), query=query)
         return sum(1 for pod in listed.get("items") or ()
                    if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                    and st.uid in self.adapter.pod_owners(pod))
