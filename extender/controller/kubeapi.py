@@ -134,17 +134,18 @@ class KubeApi:
             self.writes += 1
         await self._slots.take(CALL_CLASS.get(), CALL_TAG.get(), CALL_PRIORITY.get())
         try:
-            status, reason, data = await self._send(method, path, body, content_type, query or [])
+            status, reason, data, retry_after = await self._send(method, path, body, content_type, query or [])
         finally:
             self._slots.give()
         if not 200 <= status <= 299:
             exc = ApiException(status=status, reason=reason)
             exc.body = data.decode(errors="replace")
+            exc.headers = {"Retry-After": retry_after} if retry_after is not None else {}
             raise exc
         return orjson.loads(data) if data else {}
 
     async def _send(self, method: str, path: str, body: Any, content_type: str,
-                    query: list[tuple[str, str]]) -> tuple[int, str, bytes]:
+                    query: list[tuple[str, str]]) -> tuple[int, str, bytes, str | None]:
         """One call on the ApiClient's own session, TLS, proxy and credentials (refreshed tokens
         included), with the body encoded by orjson: the generated client's recursive sanitizing and
         json.dumps were about a seventh of the controller's CPU (bench/kueue_realtime.py)."""
@@ -167,7 +168,7 @@ class KubeApi:
         data = orjson.dumps(body) if body is not None else None
         async with rest.pool_manager.request(method, url, data=data, headers=headers, timeout=self._timeout,
                                              **extra) as resp:
-            return resp.status, resp.reason or "", await resp.read()
+            return resp.status, resp.reason or "", await resp.read(), resp.headers.get("Retry-After")
 
     def promote(self, tag: str) -> bool:
         """A waiting call tagged `tag` (CALL_TAG) goes with the urgent ones from now on."""
