@@ -26,22 +26,24 @@ def _pending_writes(h: Harness, name_part: str) -> list[str]:
     return seen
 
 
-async def _one_admitted(h: Harness, delay: float):
+async def _b_waits_behind_a(h: Harness, delay: float) -> list[str]:
+    """gpu-job-a admitted, gpu-job-b submitted with no room left (its Workload created): the
+    pending messages written for b from then on."""
     objects, jobs, later = scenario("together-quota.yaml")
     for obj in objects:
         await h.apply(obj)
     await h.controller(dataclasses.replace(FAST, pending_message_delay=delay))
     await h.submit(jobs[0])
     await eventually(lambda: h.running("default", "gpu-job-a"), what="a admitted")
-    return later[0]
+    seen = _pending_writes(h, "gpu-job-b")
+    await h.submit(later[0])
+    await eventually(lambda: h.workload_of("default", "gpu-job-b") is not None, what="b's Workload")
+    return seen
 
 
 async def test_a_workload_that_stays_pending_is_told_why_once_it_waited():
     async with Harness() as h:
-        job_b = await _one_admitted(h, 1.0)
-        seen = _pending_writes(h, "gpu-job-b")
-        await h.submit(job_b)
-        await eventually(lambda: h.workload_of("default", "gpu-job-b") is not None, what="b's Workload")
+        seen = await _b_waits_behind_a(h, 1.0)
         await asyncio.sleep(0.6)
         assert W.condition(h.workload_of("default", "gpu-job-b"), "QuotaReserved") is None  # not yet: it waits
         await eventually(lambda: seen, timeout=5, what="b's pending message")
@@ -53,10 +55,7 @@ async def test_a_workload_that_stays_pending_is_told_why_once_it_waited():
 
 async def test_a_workload_admitted_before_the_delay_never_shows_a_pending_message():
     async with Harness() as h:
-        job_b = await _one_admitted(h, 1.5)
-        seen = _pending_writes(h, "gpu-job-b")
-        await h.submit(job_b)
-        await eventually(lambda: h.workload_of("default", "gpu-job-b") is not None, what="b's Workload")
+        seen = await _b_waits_behind_a(h, 1.5)
         await h.finish_job("default", "gpu-job-a")  # a's quota comes back within b's delay
         await eventually(lambda: h.running("default", "gpu-job-b"), what="b admitted")
         await asyncio.sleep(1.5)
