@@ -9,6 +9,7 @@ chain (writes.py), so the API's record stays within quota at every instant:
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Awaitable, Callable
 
 from gpuqueue.extender.controller import cohorts
@@ -17,8 +18,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import (CALL_CLASS, CALL_PRIORITY, CALL_TAG, INFORM, ORDINARY, URGENT,
-                                                  KubeApi, is_status)
+from gpuqueue.extender.controller.kubeapi import (CALL_CLASS, CALL_PRIORITY, CALL_TAG, INFORM, URGENT, KubeApi,
+                                                  is_status)
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.workload_records import WorkloadRecordKeeping
 from gpuqueue.extender.controller.records import WorkloadRecords
@@ -50,15 +51,18 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
         self._pending_latest: dict[str, _PendingMessage] = {}  # key -> the pending message to write
+        self._pending_queue: collections.deque[_PendingMessage] = collections.deque()  # by due time
+        self._pending_sweep: asyncio.TimerHandle | None = None
 
     def forget_writes(self) -> None:
         """The writes were cancelled (Writes.cancel_all)."""
         self._created.clear()
         self.evicting.clear()
-        for waiting in self._pending_latest.values():
-            if waiting.timer is not None:
-                waiting.timer.cancel()
         self._pending_latest.clear()
+        self._pending_queue.clear()
+        if self._pending_sweep is not None:
+            self._pending_sweep.cancel()
+            self._pending_sweep = None
 
     # -- decisions ----------------------------------------------------------------------------------------------
     def apply(self, dec: d.Decision) -> None:
@@ -125,36 +129,52 @@ class WorkloadWrites(WorkloadRecordKeeping):
     def pending(self, st: JobState, cq: str | None, message: str, reason: str) -> None:
         """QuotaReserved=False with the engine's message - written only for a Workload still pending
         `pending_message_delay` seconds after it was found pending, with the latest message
-        (coalesced), and never while creations, admissions or releases wait for a connection: it
-        informs, and competed with those for the API server while Jobs arrived (issue 16). Kueue
+        (coalesced), and never while a call waits for a connection (the API behind): it informs, and
+        competed with creations and admissions for the API server while Jobs arrived (issue 16). Kueue
         writes it at the first evaluation; docs/controller.md says why gpuqueue does not."""
         waiting = self._pending_latest.get(st.key)
         if waiting is not None:
             waiting.message, waiting.reason = message, reason  # the write, when it comes, says the latest
             return
-        waiting = self._pending_latest[st.key] = _PendingMessage(message, reason)
-        self._pending_later(st, waiting)
+        loop = asyncio.get_running_loop()
+        waiting = self._pending_latest[st.key] = _PendingMessage(st, message, reason,
+                                                                 loop.time() + self.writes.options.pending_message_delay)
+        self._pending_queue.append(waiting)
+        self._sweep_at(waiting.due)
 
-    def _pending_later(self, st: JobState, waiting: _PendingMessage) -> None:
-        waiting.timer = asyncio.get_running_loop().call_later(self.writes.options.pending_message_delay,
-                                                              self._pending_due, st, waiting)
+    def _sweep_at(self, when: float) -> None:
+        if self._pending_sweep is None:
+            self._pending_sweep = asyncio.get_running_loop().call_at(when, self._sweep_pending)
 
     def _drop_pending(self, st: JobState) -> None:
-        waiting = self._pending_latest.pop(st.key, None)
-        if waiting is not None and waiting.timer is not None:
-            waiting.timer.cancel()
+        self._pending_latest.pop(st.key, None)  # its entry in the queue is skipped when its time comes
         self.kube.withdraw(_pending_tag(st.key))  # one already chained and waiting for a connection is moot
 
-    def _pending_due(self, st: JobState, waiting: _PendingMessage) -> None:
-        if self._pending_latest.get(st.key) is not waiting:
+    def _sweep_pending(self) -> None:
+        """The pending messages that are due, written while no call waits for a connection (the API
+        keeps up), a connection's worth at a time: one timer for all of them, not one each."""
+        self._pending_sweep = None
+        now = asyncio.get_running_loop().time()
+        if self.kube.waiting():
+            self._sweep_at(now + self.writes.options.pending_message_delay)
             return
-        if st.phase != "pending" or self.sched.jobs.get(st.key) is not st or not self.sched.leader:
-            del self._pending_latest[st.key]
-            return
-        if self.kube.waiting(ORDINARY):
-            self._pending_later(st, waiting)  # writes that matter are behind: later
-            return
-        waiting.timer = None
+        batch = self.writes.options.concurrency
+        queue = self._pending_queue
+        while queue and queue[0].due <= now and batch > 0:
+            waiting = queue.popleft()
+            st = waiting.st
+            if self._pending_latest.get(st.key) is not waiting:
+                continue  # admitted, or forgotten, meanwhile
+            if st.phase != "pending" or self.sched.jobs.get(st.key) is not st or not self.sched.leader:
+                del self._pending_latest[st.key]
+                continue
+            self._write_pending(waiting)
+            batch -= 1
+        if queue:
+            self._sweep_at(queue[0].due if batch > 0 else now + 0.05)
+
+    def _write_pending(self, waiting: _PendingMessage) -> None:
+        st = waiting.st
 
         def change(wl: dict) -> dict | None:
             if (wl.get("status") or {}).get("admission"):
@@ -373,13 +393,12 @@ class WorkloadWrites(WorkloadRecordKeeping):
 
 
 class _PendingMessage:
-    """The pending message a Workload is to be told (the latest), and the timer that writes it."""
+    """The pending message a Workload is to be told (the latest), and when it is due."""
 
-    __slots__ = ("message", "reason", "timer")
+    __slots__ = ("st", "message", "reason", "due")
 
-    def __init__(self, message: str, reason: str) -> None:
-        self.message, self.reason = message, reason
-        self.timer: asyncio.TimerHandle | None = None
+    def __init__(self, st: JobState, message: str, reason: str, due: float) -> None:
+        self.st, self.message, self.reason, self.due = st, message, reason, due
 
 
 def _creation_tag(key: str) -> str:
