@@ -18,8 +18,7 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import (CALL_CLASS, CALL_PRIORITY, CALL_TAG, INFORM, URGENT, KubeApi,
-                                                  is_status)
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.workload_records import WorkloadRecordKeeping
 from gpuqueue.extender.controller.records import WorkloadRecords
@@ -99,7 +98,6 @@ class WorkloadWrites(WorkloadRecordKeeping):
     def ensure_workload(self, st: JobState) -> None:
         async def create():
             CALL_TAG.set(_creation_tag(st.key))  # admit() may move it up (this task's context only)
-            CALL_PRIORITY.set(st.priority or 0)  # set by the time it runs (Controller._submit)
             if st.phase == "admitted":
                 CALL_CLASS.set(URGENT)
             if self.workloads.get(st) is not None:
