@@ -84,25 +84,26 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("certs", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
     _a("certs", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "get patch", "inject caBundle", resource_names=(WEBHOOK_CONFIGURATION,)),
     # extender: controller and scheduler extender over one watch cache. Every write is a
-    # read-modify-write (PUT) of the cached object; `get` is the fresh read after a 409 Conflict.
+    # read-modify-write of the cached object, sent as a merge patch carrying its resourceVersion
+    # (a 409 Conflict if it changed since); `get` is the fresh read after a 409 Conflict.
     # tests/test_access_extender.py records the calls of the controller's scenarios and checks
     # each verb here is made and nothing else is.
-    _a("extender", "batch", "jobs", LIST_WATCH + " get update", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
+    _a("extender", "batch", "jobs", LIST_WATCH + " get patch", "suspend/unsuspend Jobs, inject the flavor's nodeSelector and tolerations"),
     _a("extender", "batch", "jobs/finalizers", "update", "create Workloads owned by a Job with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"),
     # the other kinds it queues (integrations.frameworks), and the RayClusters of RayJobs: read
     # and written as Jobs are; a Workload is owned by its object with blockOwnerDeletion
-    *(_a("extender", group, plural, LIST_WATCH + " get update", f"suspend/unsuspend {kind}s, inject each pod set's flavor")
+    *(_a("extender", group, plural, LIST_WATCH + " get patch", f"suspend/unsuspend {kind}s, inject each pod set's flavor")
       for group, plural, kind in QUEUED_KINDS),
     *(_a("extender", group, f"{plural}/finalizers", "update", f"create Workloads owned by a {kind} with blockOwnerDeletion")
       for group, plural, kind in QUEUED_KINDS),
     _a("extender", "trainer.kubeflow.org", "clustertrainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
     _a("extender", "trainer.kubeflow.org", "trainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
-    _a("extender", KUEUE, "workloads", LIST_WATCH + " get create update delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),
-    _a("extender", KUEUE, "workloads/status", "update", "admission, conditions"),
+    _a("extender", KUEUE, "workloads", LIST_WATCH + " get create patch delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),
+    _a("extender", KUEUE, "workloads/status", "patch", "admission, conditions"),
     _a("extender", KUEUE, "clusterqueues", LIST_WATCH + " get", "quota"),
-    _a("extender", KUEUE, "clusterqueues/status", "update", "pending/admitted counts, usage, Active condition"),
+    _a("extender", KUEUE, "clusterqueues/status", "patch", "pending/admitted counts, usage, Active condition"),
     _a("extender", KUEUE, "localqueues", LIST_WATCH + " get", "queue lookup"),
-    _a("extender", KUEUE, "localqueues/status", "update", "pending/admitted counts, usage"),
+    _a("extender", KUEUE, "localqueues/status", "patch", "pending/admitted counts, usage"),
     _a("extender", KUEUE, "cohorts", LIST_WATCH, "cohort quota and hierarchy"),
     _a("extender", KUEUE, "resourceflavors", LIST_WATCH, "flavors' node labels and tolerations"),
     _a("extender", KUEUE, "workloadpriorityclasses", LIST_WATCH, "workload priority"),

@@ -25,7 +25,8 @@ from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "extender" / "simulate" / "examples"
-FAST = Options(debounce=0.005, status_interval=0.05, qps=5000, burst=5000, resubmit_backoff=0.1)
+FAST = Options(debounce=0.005, status_interval=0.05, qps=5000, burst=5000, resubmit_backoff=0.1,
+               pending_message_delay=0.05)
 
 KIND_OF = {"ResourceFlavor": K.RESOURCE_FLAVORS, "Cohort": K.COHORTS, "ClusterQueue": K.CLUSTER_QUEUES,
            "LocalQueue": K.LOCAL_QUEUES, "Node": K.NODES, "Namespace": K.NAMESPACES,

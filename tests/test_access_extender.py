@@ -144,8 +144,8 @@ async def queue_status_conflicts_and_explain() -> None:
     async with RecordingHarness() as h:
         for obj in objects:
             await h.apply(obj)
-        conflicts = [h.api.faults.add(r"/clusterqueues/[^/]+/status$", method="PUT", status=409, times=1),
-                     h.api.faults.add(r"/localqueues/[^/]+/status$", method="PUT", status=409, times=1)]
+        conflicts = [h.api.faults.add(r"/clusterqueues/[^/]+/status$", method="PATCH", status=409, times=1),
+                     h.api.faults.add(r"/localqueues/[^/]+/status$", method="PATCH", status=409, times=1)]
         await h.controller()
         await h.submit(jobs[0])
         await h.submit(later[0])
@@ -216,7 +216,7 @@ async def every_kind_with_a_conflict() -> None:
             class Conflicting(RecordingHarness):
                 async def __aenter__(self):
                     out = await super().__aenter__()
-                    faults.append(self.api.faults.add(rf"/{plural}/[^/]+$", method="PUT", status=409, times=1))
+                    faults.append(self.api.faults.add(rf"/{plural}/[^/]+$", method="PATCH", status=409, times=1))
                     return out
 
             mp.setattr(test_controller_kinds, "Harness", Conflicting)
@@ -268,9 +268,9 @@ def test_recorded_calls_in_rbac_terms(recorded):
     used = defaultdict(set)
     for group, resource, verb, namespace, _name in recorded.calls(EXTENDER_AGENT):
         used[(group, resource, namespace is not None and resource == "leases")].add(verb)
-    assert used[("kueue.x-k8s.io", "workloads", False)] == {"list", "watch", "get", "create", "update", "delete"}
-    assert used[("kueue.x-k8s.io", "workloads/status", False)] == {"update"}
-    assert used[("batch", "jobs", False)] == {"list", "watch", "get", "update"}
+    assert used[("kueue.x-k8s.io", "workloads", False)] == {"list", "watch", "get", "create", "patch", "delete"}
+    assert used[("kueue.x-k8s.io", "workloads/status", False)] == {"patch"}
+    assert used[("batch", "jobs", False)] == {"list", "watch", "get", "patch"}
     assert used[("batch", "jobs/finalizers", False)] == {"update"}
     assert used[("", "events", False)] == {"create"}
     assert used[("coordination.k8s.io", "leases", True)] == {"get", "create", "update"}

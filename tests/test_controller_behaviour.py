@@ -242,8 +242,8 @@ async def test_conflicts_are_retried_from_a_fresh_read():
         for obj in objects:
             await h.apply(obj)
         await h.controller()
-        conflicts = [h.api.faults.add(r"/workloads/[^/]+/status$", method="PUT", status=409, times=4),
-                     h.api.faults.add(r"/jobs/[^/]+$", method="PUT", status=409, times=4)]
+        conflicts = [h.api.faults.add(r"/workloads/[^/]+/status$", method="PATCH", status=409, times=4),
+                     h.api.faults.add(r"/jobs/[^/]+$", method="PATCH", status=409, times=4)]
         for job in jobs[:3]:
             await h.submit(job)
         await eventually(lambda: all(h.running(*_key(j)) for j in jobs[:3]), what="admitted despite conflicts")

@@ -112,3 +112,45 @@ async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
     assert order == ["other"]
     assert not slots.withdraw("pending-message:ns/job")  # nothing waits under that tag any more
     await slots.take(ORDINARY)  # every slot came back
+
+
+
+async def test_promotions_and_withdrawals_among_thousands_waiting_keep_every_slot():
+    """Promote and withdraw leave their old entries behind (no search through the waiting calls):
+    every call still runs once or is withdrawn, FIFO within its class, and every slot comes back."""
+    import asyncio
+
+    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+
+    slots = Slots(2)
+    await slots.take(ORDINARY)
+    await slots.take(ORDINARY)
+    order: list[str] = []
+
+    async def call(name: str, cls: int, tag: str | None = None):
+        await slots.take(cls, tag)
+        order.append(name)
+        slots.give()
+
+    tasks = {f"c{i}": asyncio.ensure_future(call(f"c{i}", ORDINARY if i % 3 else INFORM, f"t{i}"))
+             for i in range(3000)}
+    await asyncio.sleep(0)
+    assert slots.waiting() == 3000 and slots.waiting(ORDINARY) == 2000
+    promoted = [f"c{i}" for i in range(1, 3000, 300) if i % 3]
+    withdrawn = [f"c{i}" for i in range(0, 3000, 7) if f"c{i}" not in promoted]
+    for name in promoted:
+        assert slots.promote("t" + name[1:])
+    for name in withdrawn:
+        assert slots.withdraw("t" + name[1:])
+    assert slots.waiting(URGENT) == len(promoted)
+    slots.give()
+    slots.give()
+    done = await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert sum(isinstance(d, asyncio.CancelledError) for d in done) == len(withdrawn)
+    assert order[:len(promoted)] == promoted
+    rest = [n for n in tasks if n not in promoted and n not in withdrawn]
+    ordinary = [n for n in rest if int(n[1:]) % 3]
+    assert order[len(promoted):] == ordinary + [n for n in rest if not int(n[1:]) % 3]
+    assert slots.waiting() == 0
+    await slots.take(ORDINARY)
+    await slots.take(ORDINARY)  # both slots came back

@@ -33,7 +33,7 @@ async def test_a_job_preempted_before_its_admission_is_written_leaves_nothing_to
         # waits for that release before its admission is written ...
         gate = asyncio.Event()
         first_wl = h.workload_of("ml", "first")["metadata"]["name"]
-        hold = h.api.faults.add(rf"/workloads/{first_wl}/status$", method="PUT", hold=gate)
+        hold = h.api.faults.add(rf"/workloads/{first_wl}/status$", method="PATCH", hold=gate)
         await h.finish_job("ml", "first")
         await eventually(lambda: hold.hits == 1 and ctl.jobs["ml/low"].phase == "admitted", what="low admitted")
         # ... and is preempted by high meanwhile
@@ -77,7 +77,7 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
         await h.submit(gpu_job("team-a", "a-2"))
         gate = asyncio.Event()
         a1 = h.workload_of("team-a", "a-1")["metadata"]["name"]
-        hold = h.api.faults.add(rf"/workloads/{a1}/status$", method="PUT", hold=gate)
+        hold = h.api.faults.add(rf"/workloads/{a1}/status$", method="PATCH", hold=gate)
         await h.finish_job("team-a", "a-1")
         await eventually(lambda: hold.hits == 1, what="a-1's Finished write held")
         await h.submit(gpu_job("team-b", "b-1"))  # decided while a-1's release is open, in the other tree

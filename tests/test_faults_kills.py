@@ -21,7 +21,7 @@ async def test_killed_between_admission_and_unsuspend(held):
     async with FaultRun() as run:
         h, flame, faults = run.h, run.flame, run.h.api.faults
         gate = asyncio.Event()
-        hold = faults.add(r"/jobs/[^/]+$", method="PUT", hold=gate, times=held)  # the unsuspend write
+        hold = faults.add(r"/jobs/[^/]+$", method="PATCH", hold=gate, times=held)  # the unsuspend write
         first = await h.controller(OPTS, identity="first")
         for job in flame.jobs:
             await h.submit(job)
@@ -52,7 +52,7 @@ async def test_killed_between_eviction_and_suspend():
         first = await h.controller(OPTS, identity="first")
         await flame.borrow()
         gate = asyncio.Event()
-        hold = faults.add(r"/namespaces/team-c/jobs/[^/]+$", method="PUT", hold=gate, times=2)  # the suspends
+        hold = faults.add(r"/namespaces/team-c/jobs/[^/]+$", method="PATCH", hold=gate, times=2)  # the suspends
         for job in flame.later:
             await h.submit(job)
         await eventually(lambda: hold.hits == 2, what="both victims' suspensions held")

@@ -20,7 +20,7 @@ async def test_victim_suspension_failing_longer_than_the_retries():
         h, faults = run.h, run.h.api.faults
         await h.controller(OPTS)
         await run.flame.borrow()
-        faults.add(r"/namespaces/team-c/jobs/", method="PUT", status=500, times=10**9)
+        faults.add(r"/namespaces/team-c/jobs/", method="PATCH", status=500, times=10**9)
         for job in run.flame.later:
             await h.submit(job)
         await asyncio.sleep(2.0)  # the retries of OPTS last under a second
@@ -42,7 +42,7 @@ async def test_a_victim_suspension_given_up_never_lets_the_preemptor_in():
         h, faults = run.h, run.h.api.faults
         ctl = await h.controller(dataclasses.replace(OPTS, write_retries=2))
         await run.flame.borrow()
-        faults.add(r"/namespaces/team-c/jobs/", method="PUT", status=500, times=10**9)
+        faults.add(r"/namespaces/team-c/jobs/", method="PATCH", status=500, times=10**9)
         for job in run.flame.later:
             await h.submit(job)
         await eventually(lambda: faults.injected["500"] >= 4, what="both victims' suspensions refused twice")

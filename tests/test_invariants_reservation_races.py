@@ -92,7 +92,7 @@ async def test_a_job_its_owner_started_while_pending_runs_no_pod_after_its_refus
                                       if p["metadata"]["labels"].get("job-name") == "second"], 10, "its pod waits")
             # a busy server: the reservation, and the write that gives it back, each take a second,
             # which leaves the waiting pod's retries time to find the reservation in the cache
-            h.api.faults.add(r"/workloads/job-second-[0-9a-f]+/status$", method="PUT", delay=1.0, times=2)
+            h.api.faults.add(r"/workloads/job-second-[0-9a-f]+/status$", method="PATCH", delay=1.0, times=2)
             await h.edit(K.CLUSTER_QUEUES, None, "group-b", raise_quota)  # room for second: reserved
             await eventually(lambda: bool(loop.ctl.job_steering.refused), 10, "the API refused its template")
             await asyncio.sleep(1.0)

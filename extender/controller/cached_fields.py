@@ -6,10 +6,10 @@ uses are dropped. The readers, and what they read:
 - Jobs: the controller (queue label, namespace, uid, creationTimestamp, status conditions,
   suspend, status.active), the engine's view of the Job (BatchJob.model: the pod template's
   containers, init containers, overhead, priority class, nodeSelector, tolerations, affinity), the
-  Workload built from it (the whole pod template) - and **the Job writes**: suspending,
-  unsuspending and restoring a Job PUT the cached object with a few fields changed, so every
-  field a PUT would otherwise erase must stay. Jobs therefore lose managedFields only; trimming
-  their pod template needs those writes to become patches first (docs/performance.md, proposal).
+  Workload built from it (the whole pod template, as Kueue's API carries it). Jobs therefore
+  lose managedFields only. (The Job writes are merge patches of what changed since issue 16, so
+  they no longer need the whole object; a trimmed template would now only show in the
+  Workload's copy.)
 - Workloads: status (admission, conditions), metadata (name, uid, generation, owner), and of
   `spec.podSets[]` what tells whether they still match their Job (workload.pod_sets_differ: counts,
   containers' and init containers' resources, scheduling fields), so a restart does not take every

@@ -19,7 +19,6 @@ class JobState:
     wl_name: str
     created: float  # creationTimestamp, seconds
     wl_uid: str = ""
-    wl_created: dict | None = None  # the Workload as our create returned it (until the watch has it)
     # pending | admitted | evicting | blocked | finished, or departed: the Job is gone while its
     # reservation stands (its pods may still run), kept under a key of its own (departed_key)
     phase: str = "pending"

@@ -17,6 +17,8 @@ from typing import Callable
 from prometheus_client import Histogram
 from pydantic import ValidationError
 
+from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_query
+
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import admission_mismatch
@@ -295,8 +297,18 @@ class JobSteering:
     async def _live_pods(self, st: JobState) -> int:
         """Its pods not terminated, by a live list: up its pods' owner chains, and, failing safe,
         those whose chain breaks at an owner named after it (a JobSet's child Job, a RayJob's
-        RayCluster, gone from the cache before their pods)."""
-        listed = await self.kube.request("GET", K.PODS.path(st.namespace))
+        RayCluster, gone from the cache before their pods). A Job's own pods are listed by its
+        selector (every pod its controller counts matches it), not the namespace's (issue 16); the
+        whole namespace for the other kinds, once the Job is gone, or its selector unread."""
+        job = self.job(st) if st.kind.kind is K.JOBS else None
+        selector = (job.get("spec") or {}).get("selector") if job is not None and job["metadata"].get(
+            "uid") == st.uid else None
+        try:
+            check_label_selector(selector)
+            query = [("labelSelector", selector_query(selector))] if selector else None
+        except LabelSelectorError:
+            query = None
+        listed = await self.kube.request("GET", K.PODS.path(st.namespace), query=query)
         count = 0
         for pod in listed.get("items") or ():
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

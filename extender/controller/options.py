@@ -25,6 +25,9 @@ class Options:
     watch_timeout: int = 300
     event_qps: float = 10.0  # Kubernetes Events: a budget apart from the writes that matter
     event_burst: int = 100
+    # a pending Workload is told why (QuotaReserved=False) once it has waited this long, and not
+    # while creations, admissions or releases wait for a connection (workload_writes.pending)
+    pending_message_delay: float = 2.0
     resubmit_backoff: float = 1.0  # first wait after the API refused a Job's new pod template
     request_timeout: float = 30.0  # seconds for one API request (not watches)
     # attempts of a write failing with 5xx, 429, a timeout or a connection error; None: until it

@@ -9,7 +9,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
-from gpuqueue.kube import Informer, retry_on_conflict
+from gpuqueue.kube import Informer, object_key, retry_on_conflict
 
 
 async def read_modify_write(kube: KubeApi, kind: K.Kind, namespace: str | None, name: str, cached: dict | None,
@@ -21,14 +21,19 @@ async def read_modify_write(kube: KubeApi, kind: K.Kind, namespace: str | None, 
     stalled or cut, our own last write not seen yet): "nothing to write" is trusted only when
     judged on a live read.
 
-    `change` gets the cached object through `protect` - a copy deep enough that what change
-    edits is not the cache's (W.status_copy for changes that only set status fields, identity
-    for changes that build a new object) - and a live read as it is (nobody else holds it)."""
+    The write is a JSON merge patch of what `change` changed, carrying the resourceVersion of the
+    object it was computed from: the server refuses it with 409 if the object changed since, as
+    it refuses a stale PUT, so nothing is ever written over a record the controller has not seen
+    (issue 16: a PUT sent the whole object, managedFields and pod template included).
+
+    `change` gets the object through `protect` - a copy deep enough that what change edits is
+    not the original (W.status_copy for changes that only set status fields, identity for
+    changes that build a new object) - so the patch is the difference between the two."""
     first = None
     if cached is not None:
         body = change(protect(cached))
         if body is not None:
-            first = _Computed(body)
+            first = _Computed(cached, body)
 
     async def read():
         nonlocal first
@@ -37,24 +42,50 @@ async def read_modify_write(kube: KubeApi, kind: K.Kind, namespace: str | None, 
             return computed
         return await kube.get(kind, namespace, name)
 
-    async def send(body):
-        return await kube.replace(kind, body, subresource)
+    async def send(computed: _Computed):
+        return await kube.merge_patch(kind, namespace, name, computed.patch(), subresource)
 
     def guarded(obj):
         if isinstance(obj, _Computed):
-            return obj.body
-        return change(obj)
+            return obj
+        body = change(protect(obj))
+        return None if body is None else _Computed(obj, body)
 
     return await retry_on_conflict(read, guarded, send, attempts=8)
 
 
+def merge_patch_between(old: dict, new: dict) -> dict:
+    """The JSON merge patch (RFC 7386) that makes `new` of `old`: fields added or changed, fields
+    removed as null, lists whole (a merge patch replaces a list)."""
+    patch: dict = {}
+    for key, value in new.items():
+        before = old.get(key, _ABSENT)
+        if before is _ABSENT or before != value:
+            patch[key] = merge_patch_between(before, value) if isinstance(before, dict) and isinstance(
+                value, dict) else value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+_ABSENT = object()
+
+
 class _Computed:
-    """A change already worked out from the cached object (see read_modify_write)."""
+    """A change worked out from `base` (the cached object, or a live read): `body` is the object as
+    it is to be."""
 
-    __slots__ = ("body",)
+    __slots__ = ("base", "body")
 
-    def __init__(self, body: dict) -> None:
-        self.body = body
+    def __init__(self, base: dict, body: dict) -> None:
+        self.base, self.body = base, body
+
+    def patch(self) -> dict:
+        patch = merge_patch_between(self.base, self.body)
+        patch["metadata"] = {**(patch.get("metadata") or {}),
+                             "resourceVersion": self.base["metadata"]["resourceVersion"]}
+        return patch
 
 
 class WorkloadRecords:
@@ -63,13 +94,24 @@ class WorkloadRecords:
     def __init__(self, kube: KubeApi, workloads: Informer) -> None:
         self.kube = kube
         self.cache = workloads
+        # Workloads our creates returned, kept only until the watch brings them (issue 16: kept
+        # for good, with managedFields, they were a quarter of the controller's memory)
+        self._created: dict[str, dict] = {}
+        workloads.add_handler(on_add=self._seen, on_update=lambda _old, new: self._seen(new), on_delete=self._seen)
+
+    def _seen(self, wl: dict) -> None:
+        self._created.pop(object_key(wl), None)
+
+    def created(self, st: JobState, wl: dict) -> None:
+        """Our create of `st`'s Workload returned `wl` (trimmed as the cache trims what it keeps)."""
+        key = f"{st.namespace}/{st.wl_name}"
+        if self.cache.get(key) is None:
+            self._created[key] = self.cache.transform(wl) if self.cache.transform is not None else wl
 
     def get(self, st: JobState) -> dict | None:
         """The cached Workload; until the watch brings it, the one our create returned."""
         cached = self.cached(st)
-        if cached is None and st.wl_created is not None:
-            return st.wl_created
-        return cached
+        return cached if cached is not None else self._created.get(f"{st.namespace}/{st.wl_name}")
 
     def cached(self, st: JobState) -> dict | None:
         """The Workload as the watch last showed it (what the extender judges its pods by)."""

@@ -9,6 +9,7 @@ chain (writes.py), so the API's record stays within quota at every instant:
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Awaitable, Callable
 
 from gpuqueue.extender.controller import cohorts
@@ -48,13 +49,19 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.departed = departed
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
-        self._pending_latest: dict[str, object] = {}  # key -> the newest pending write queued for it
+        self._pending_latest: dict[str, _PendingMessage] = {}  # key -> the pending message to write
+        self._pending_queue: collections.deque[_PendingMessage] = collections.deque()  # by due time
+        self._pending_sweep: asyncio.TimerHandle | None = None
 
     def forget_writes(self) -> None:
         """The writes were cancelled (Writes.cancel_all)."""
         self._created.clear()
         self.evicting.clear()
         self._pending_latest.clear()
+        self._pending_queue.clear()
+        if self._pending_sweep is not None:
+            self._pending_sweep.cancel()
+            self._pending_sweep = None
 
     # -- decisions ----------------------------------------------------------------------------------------------
     def apply(self, dec: d.Decision) -> None:
@@ -110,7 +117,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                     return  # namespace gone
                 raise
             st.wl_uid = created["metadata"].get("uid", "")
-            st.wl_created = created
+            self.workloads.created(st, created)
             self.events.event(st, "CreatedWorkload", f"Created Workload: {st.namespace}/{st.wl_name}")
 
         task = self.writes.chain(st.key, create)
@@ -118,30 +125,77 @@ class WorkloadWrites(WorkloadRecordKeeping):
         task.add_done_callback(lambda t, k=st.key: self._created.pop(k, None) if self._created.get(k) is t else None)
 
     def pending(self, st: JobState, cq: str | None, message: str, reason: str) -> None:
+        """QuotaReserved=False with the engine's message - written only for a Workload still pending
+        `pending_message_delay` seconds after it was found pending, with the latest message
+        (coalesced), and never while a call waits for a connection (the API behind): it informs, and
+        competed with creations and admissions for the API server while Jobs arrived (issue 16). Kueue
+        writes it at the first evaluation; docs/controller.md says why gpuqueue does not."""
+        waiting = self._pending_latest.get(st.key)
+        if waiting is not None:
+            waiting.message, waiting.reason = message, reason  # the write, when it comes, says the latest
+            return
+        loop = asyncio.get_running_loop()
+        waiting = self._pending_latest[st.key] = _PendingMessage(st, message, reason,
+                                                                 loop.time() + self.writes.options.pending_message_delay)
+        self._pending_queue.append(waiting)
+        self._sweep_at(waiting.due)
+
+    def _sweep_at(self, when: float) -> None:
+        if self._pending_sweep is None:
+            self._pending_sweep = asyncio.get_running_loop().call_at(when, self._sweep_pending)
+
+    def _drop_pending(self, st: JobState) -> None:
+        self._pending_latest.pop(st.key, None)  # its entry in the queue is skipped when its time comes
+        self.kube.withdraw(_pending_tag(st.key))  # one already chained and waiting for a connection is moot
+
+    def _sweep_pending(self) -> None:
+        """The pending messages that are due, written while no call waits for a connection (the API
+        keeps up), a connection's worth at a time: one timer for all of them, not one each."""
+        self._pending_sweep = None
+        now = asyncio.get_running_loop().time()
+        if self.kube.waiting():
+            self._sweep_at(now + self.writes.options.pending_message_delay)
+            return
+        batch = self.writes.options.concurrency
+        queue = self._pending_queue
+        while queue and queue[0].due <= now and batch > 0:
+            waiting = queue.popleft()
+            st = waiting.st
+            if self._pending_latest.get(st.key) is not waiting:
+                continue  # admitted, or forgotten, meanwhile
+            if st.phase != "pending" or self.sched.jobs.get(st.key) is not st or not self.sched.leader:
+                del self._pending_latest[st.key]
+                continue
+            self._write_pending(waiting)
+            batch -= 1
+        if queue:
+            self._sweep_at(queue[0].due if batch > 0 else now + 0.05)
+
+    def _write_pending(self, waiting: _PendingMessage) -> None:
+        st = waiting.st
+
         def change(wl: dict) -> dict | None:
             if (wl.get("status") or {}).get("admission"):
                 return None  # admitted meanwhile; a later decision says otherwise if it is not
             c = W.condition(wl, "QuotaReserved")
-            if c is not None and c.get("status") == "False" and c.get("message") == message and c.get(
-                    "reason") == reason:
+            if c is not None and c.get("status") == "False" and c.get("message") == waiting.message and c.get(
+                    "reason") == waiting.reason:
                 return None
             status = wl.setdefault("status", {})
-            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False", reason,
-                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "QuotaReserved", "False",
+                                                   waiting.reason, waiting.message, W.now_rfc3339(),
+                                                   wl["metadata"].get("generation"))
             return wl
 
-        first = W.condition(self.workloads.get(st), "QuotaReserved") is None
-        token = self._pending_latest[st.key] = object()
-
         async def write():
-            # Written only if it is still the last word when its turn in the chain comes: with a
-            # deep write queue a workload is often admitted, or given a newer message, meanwhile
-            # (a workload admitted at its first look never shows QuotaReserved=False, as in Kueue).
-            if self._pending_latest.get(st.key) is not token:
+            # Written only if it is still the word of the engine when its turn in the chain comes
+            # (a workload admitted meanwhile never shows QuotaReserved=False, as in Kueue).
+            if self._pending_latest.get(st.key) is not waiting:
                 return
             del self._pending_latest[st.key]
             if st.phase != "pending":
                 return
+            first = W.condition(self.workloads.get(st), "QuotaReserved") is None
             CALL_TAG.set(_pending_tag(st.key))  # admit() withdraws it while it waits for a connection
             try:
                 result = await self.workloads.update(st, change)
@@ -150,8 +204,8 @@ class WorkloadWrites(WorkloadRecordKeeping):
                     return  # withdrawn: the workload was admitted meanwhile (the chain goes on)
                 raise
             if result is not None and first and st.phase == "pending":
-                self.events.event(st, "Pending", message)
-                self.events.on_workload(st, self.workloads.uid(st), "Pending", message, "Warning")
+                self.events.event(st, "Pending", waiting.message)
+                self.events.on_workload(st, self.workloads.uid(st), "Pending", waiting.message, "Warning")
 
         self.writes.chain(st.key, write, call_class=INFORM)
 
@@ -161,7 +215,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         barrier = self.writes.barrier(admission.cluster_queue)
         if st.key in self._created:  # its Workload is still to be created: that call is now urgent too
             self.kube.promote(_creation_tag(st.key))
-        self.kube.withdraw(_pending_tag(st.key))  # a pending message still waiting is moot
+        self._drop_pending(st)
         flavors = self.jobs.flavors(admission)
         wl = self.workloads.get(st)
         resumed = W.is_true(wl, "Requeued") or W.condition(wl, "Evicted") is not None
@@ -321,6 +375,15 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.writes.chain(st.key, write)
 
 
+
+
+class _PendingMessage:
+    """The pending message a Workload is to be told (the latest), and when it is due."""
+
+    __slots__ = ("st", "message", "reason", "due")
+
+    def __init__(self, st: JobState, message: str, reason: str, due: float) -> None:
+        self.st, self.message, self.reason, self.due = st, message, reason, due
 
 
 def _creation_tag(key: str) -> str:

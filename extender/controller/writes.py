@@ -133,7 +133,8 @@ class Writes:
 async def _retrying(make: Callable[[], Awaitable], key: str, retries: int | None, delay: float,
                     max_delay: float) -> None:
     """Errors other than conflicts (5xx, 429, dropped connections): try again after a pause,
-    `retries` times in all (None: without end)."""
+    `retries` times in all (None: without end). The pause is at least the Retry-After the server
+    asked for (kube-apiserver's 429 from priority and fairness says 1 s)."""
     attempt = 0
     while True:
         attempt += 1
@@ -145,10 +146,20 @@ async def _retrying(make: Callable[[], Awaitable], key: str, retries: int | None
         except Exception as exc:  # noqa: BLE001
             if is_status(exc, 400, 403, 404, 422) or (retries is not None and attempt >= retries):
                 raise
+            pause = max(delay, _retry_after(exc))
             log.log(logging.WARNING if attempt % 10 == 0 else logging.INFO, "write for %s failed %d times (%s), "
-                    "retrying in %.2fs", key, attempt, _short(exc), delay)
-            await asyncio.sleep(delay)
+                    "retrying in %.2fs", key, attempt, _short(exc), pause)
+            await asyncio.sleep(pause)
             delay = min(delay * 2, max_delay)
+
+
+def _retry_after(exc: BaseException, most: float = 60.0) -> float:
+    """Seconds the server asked to wait (Retry-After in seconds, as kube-apiserver sends it); 0 if none."""
+    value = (getattr(exc, "headers", None) or {}).get("Retry-After")
+    try:
+        return min(most, max(0.0, float(value))) if value is not None else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _short(exc: BaseException) -> str:

@@ -69,3 +69,17 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
         if op == "DoesNotExist" and present:
             return False
     return True
+
+
+def selector_query(selector: Mapping[str, Any]) -> str:
+    """The ``labelSelector`` query parameter selecting what ``selector`` matches (apimachinery's
+    ``LabelSelectorAsSelector(...).String()``). The selector must already have passed
+    ``check_label_selector``; ``{}`` gives ``""``, which selects everything."""
+    parts = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], sorted(expr.get("values") or [])
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(values)})")
+        else:
+            parts.append(key if op == "Exists" else f"!{key}")
+    return ",".join(parts)

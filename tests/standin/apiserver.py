@@ -40,11 +40,11 @@ def _json_response(code: int, body, *, sort: bool = False) -> web.Response:
                         headers={"Cache-Control": "no-cache, private"})
 
 
-def _too_many_requests() -> web.Response:
+def _too_many_requests(retry_after: int = 1) -> web.Response:
     """kube-apiserver 1.24's 429 from max-in-flight and from priority and fairness (filters.tooManyRequests):
     plain text, a fixed Retry-After of one second."""
     return web.Response(status=429, text="Too many requests, please try again later.\n", content_type="text/plain",
-                        charset="utf-8", headers={"Cache-Control": "no-cache, private", "Retry-After": "1",
+                        charset="utf-8", headers={"Cache-Control": "no-cache, private", "Retry-After": str(retry_after),
                                                   "X-Content-Type-Options": "nosniff"})
 
 
@@ -258,6 +258,8 @@ class ApiServer:
                     await fault.hold.wait()
                     if request.transport is None or request.transport.is_closing():
                         return web.Response(status=499)  # the client is gone: never handled
+                if fault.status == 429 and fault.retry_after is not None:
+                    return _too_many_requests(fault.retry_after)
                 if fault.status is not None:
                     return _error_response(self._fault_error(fault.status, request.path))
         except Exception as exc:  # noqa: BLE001 - a stand-in bug must show up in the test, not kill the server

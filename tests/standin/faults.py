@@ -38,6 +38,7 @@ class Fault:
     stall_after: int | None = None
     stall: float = 0.0
     drop_after: int | None = None
+    retry_after: int | None = None  # with status 429: kube-apiserver's own throttling answer, this Retry-After
     hits: int = 0
 
     def matches(self, method: str, path: str, is_watch: bool) -> bool:
@@ -68,12 +69,13 @@ class Faults:
 
     def add(self, path: str = "", *, method: str | None = None, status: int | None = None, times: int = 1,
             delay: float = 0.0, watch: bool | None = None, rate: float = 1.0, hold: asyncio.Event | None = None,
-            stall_after: int | None = None, stall: float = 0.0, drop_after: int | None = None) -> Fault:
+            stall_after: int | None = None, stall: float = 0.0, drop_after: int | None = None,
+            retry_after: int | None = None) -> Fault:
         """`path` is a regular expression searched in the request path, e.g. r"/jobs/train-1$"."""
         if not 0.0 < rate <= 1.0:
             raise ValueError("rate must be in (0, 1]")
         fault = Fault(method.upper() if method else None, re.compile(path), status, times, delay, watch, rate,
-                      hold, stall_after, stall, drop_after)
+                      hold, stall_after, stall, drop_after, retry_after)
         self.rules.append(fault)
         return fault
 
