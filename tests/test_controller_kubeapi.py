@@ -18,6 +18,15 @@ def no_proxy_env(monkeypatch):
     return monkeypatch
 
 
+
+def recording(slots, order: list[str]):
+    """A call that takes a slot of its class, notes its name in `order` and gives the slot back."""
+    async def call(name: str, cls: int, tag: str | None = None):
+        await slots.take(cls, tag)
+        order.append(name)
+        slots.give()
+    return call
+
 async def test_lookups_are_skipped_without_a_proxy_variable(no_proxy_env):
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:1")) as api:
         assert api.rest_client.pool_manager.trust_env
@@ -68,10 +77,7 @@ async def test_a_waiting_call_promoted_goes_after_the_urgent_ones_already_waitin
     await slots.take(ORDINARY)
     order: list[str] = []
 
-    async def call(name: str, cls: int, tag: str | None = None):
-        await slots.take(cls, tag)
-        order.append(name)
-        slots.give()
+    call = recording(slots, order)
 
     tasks = [asyncio.ensure_future(call(name, cls, tag)) for name, cls, tag in (
         ("ordinary", ORDINARY, None), ("creation", ORDINARY, "create-workload:ns/job"), ("urgent", URGENT, None))]
@@ -127,10 +133,7 @@ async def test_promotions_and_withdrawals_among_thousands_waiting_keep_every_slo
     await slots.take(ORDINARY)
     order: list[str] = []
 
-    async def call(name: str, cls: int, tag: str | None = None):
-        await slots.take(cls, tag)
-        order.append(name)
-        slots.give()
+    call = recording(slots, order)
 
     tasks = {f"c{i}": asyncio.ensure_future(call(f"c{i}", ORDINARY if i % 3 else INFORM, f"t{i}"))
              for i in range(3000)}

@@ -13,6 +13,7 @@ GPUQUEUE_POD_HISTORIES=N runs N more seeds (the long profile), from GPUQUEUE_POD
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 
@@ -148,8 +149,10 @@ async def _tenant_step(rng: random.Random, loop: Loop, jobs: list[tuple[str, str
         await loop.restart()
 
 
-async def run_history(seed: int, steps: int = 14) -> PodInvariant:
-    rng = random.Random(seed)
+@contextlib.asynccontextmanager
+async def whole_loop():
+    """`world()` applied, a leading controller, the stand-in scheduler asking its extender view,
+    and the oracle on every write; checked once more at the end."""
     async with Harness() as h:
         invariant = PodInvariant(h.api.cluster)
         for obj in world():
@@ -158,18 +161,24 @@ async def run_history(seed: int, steps: int = 14) -> PodInvariant:
         await loop.start_controller()
         loop.scheduler.start()
         try:
-            # one Job within team-a's guarantee first, so that every history runs GPU pods
-            await h.submit(job("team-a", "first", 1, 2, 1))
-            jobs: list[tuple[str, str]] = [("team-a", "first")]
-            await eventually(lambda: any(p["spec"].get("nodeName") for p in h.api.cluster.list(R.PODS, "team-a")["items"]),
-                             15, "the first Job's pod bound")  # (a loaded machine: not a fixed pause)
-            for n in range(steps):
-                await tenant_step(rng, loop, jobs, n)
-            await asyncio.sleep(1.0)  # let the controller, job controller and scheduler settle
+            yield h, loop, invariant
         finally:
             await loop.scheduler.stop()
         invariant.check("at the end")
-        return invariant
+
+
+async def run_history(seed: int, steps: int = 14) -> PodInvariant:
+    rng = random.Random(seed)
+    async with whole_loop() as (h, loop, invariant):
+        # one Job within team-a's guarantee first, so that every history runs GPU pods
+        await h.submit(job("team-a", "first", 1, 2, 1))
+        jobs: list[tuple[str, str]] = [("team-a", "first")]
+        await eventually(lambda: any(p["spec"].get("nodeName") for p in h.api.cluster.list(R.PODS, "team-a")["items"]),
+                         15, "the first Job's pod bound")  # (a loaded machine: not a fixed pause)
+        for n in range(steps):
+            await tenant_step(rng, loop, jobs, n)
+        await asyncio.sleep(1.0)  # let the controller, job controller and scheduler settle
+    return invariant
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS + list(range(LONG_FROM, LONG_FROM + LONG)))
