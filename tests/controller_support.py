@@ -166,8 +166,8 @@ class PodObserver:
             return
         running: dict[str, int] = {}
         for pod in _stored(self.api, R.PODS):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["spec"].get("schedulingGates"):
+                continue  # a gated pod is not scheduled
             gpus = self._gpus(pod)
             if gpus:
                 uid = self._owner(_job_uid(pod))
@@ -236,7 +236,8 @@ def _job_uid(pod: dict) -> str:
         if ref.get("controller") and ref.get("uid"):
             return ref["uid"]
     labels = pod["metadata"].get("labels") or {}
-    return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), "")
+    # a plain pod of the pod integration is its own Workload's owner
+    return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), pod["metadata"].get("uid", ""))
 
 
 def _quotas(obj: dict) -> dict[tuple[str, str], tuple[int, int | None]]:

@@ -28,15 +28,16 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners, controller_ref,
-                                                        informer_lookup, managed_kinds)
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodKind, PodOwners,
+                                                        controller_ref, informer_lookup, managed_kinds,
+                                                        without_finalizer)
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer
@@ -252,6 +253,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
         if parent is not None and parent.get("kind") in self.kinds_by_kind and \
                 self.kinds_by_kind[parent["kind"]].kind.api_version == parent.get("apiVersion"):
             return False
+        if not kind.queued(job):
+            return False
         return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
                              self.options.managed_jobs, _open(workload, job, kind.finished(job) is not None))
 
@@ -267,6 +270,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return
         meta = job["metadata"]
         key = kind.key(meta["namespace"], meta["name"])
+        if kind.deletes_to_stop and PodKind.releasable(job):
+            self._release_pod(key, job)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._depart(st)  # a new Job of the same name
@@ -294,6 +299,23 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.following.follow(st, job)
         self._steer(st, job)
         self.job_steering.poke(st.uid)
+
+    def _release_pod(self, key: str, pod: dict) -> None:
+        """Kueue's finalizer off a pod that holds nothing any more, after whatever its Workload's
+        writes are (its end is recorded first; a deleted pod then goes, and its Workload with it)."""
+        uid = pod["metadata"]["uid"]
+
+        async def write():
+            def change(live: dict) -> dict | None:
+                return without_finalizer(live) if live["metadata"].get("uid") == uid else None
+            try:
+                await read_modify_write(self.kube, K.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"],
+                                        None, change)
+            except Exception as exc:
+                if not is_status(exc, 404):
+                    raise
+
+        self.writes.chain(key, write)
 
     def _steer(self, st: JobState, job: dict) -> None:
         """Kueue's steps 7 and 8, on every change of the Job: an admitted Job suspended by someone

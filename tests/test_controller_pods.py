@@ -1,0 +1,133 @@
+"""The pod integration through the controller against the stand-in (kubernetes-asyncio over HTTP):
+plain pods created as the pod webhook leaves them (pods.gated: the scheduling gate, the managed
+label, Kueue's finalizer), each queued as a Workload of its own `pod-<name>-<hash>` controlled by
+the pod, admitted by removing the gate with its flavor's nodeSelector, preempted by deleting it
+(a pod cannot be suspended) with its quota counted until it has terminated, finished with its
+phase, and Kueue's finalizer removed once the pod holds nothing. The stand-in has no kubelet:
+the test ends a deleted pod's containers (phase Failed) as the kubelet would."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import workload as W
+from gpuqueue.jobframework.kinds import pods
+from gpuqueue.jobframework.names import workload_name
+from gpuqueue.jobframework.registry import IntegrationsConfig
+from tests.controller_support import FAST, Harness, eventually
+from tests.test_controller_kinds import GH200, GPU, WORKLOADS, preemptor, quota_objects
+
+FRAMEWORKS = IntegrationsConfig(("batch/job", "pod"))
+
+
+def plain_pod(name: str, gpus: int, queue: str = "default") -> dict:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "namespace": "team-a", "name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"team": "a"}, "containers": [
+            {"name": "c", "image": "x", "command": ["train"], "resources": {"limits": {GPU: str(gpus)}}}]}}
+    return pods.gated(pod)
+
+
+class PodLife:
+    def __init__(self, h: Harness, name: str) -> None:
+        self.h, self.name = h, name
+        self.uid = ""
+
+    async def create(self, gpus: int) -> dict:
+        created = await self.h.kube.create(K.PODS, "team-a", plain_pod(self.name, gpus))
+        self.uid = created["metadata"]["uid"]
+        self.wl_name = workload_name("Pod", "", self.name, self.uid)
+        return created
+
+    def pod(self) -> dict | None:
+        return self.h.api.cluster.store.get("pods", ("team-a", self.name))
+
+    def workload(self) -> dict | None:
+        return self.h.api.cluster.store.get(WORKLOADS, ("team-a", self.wl_name))
+
+    def ungated(self) -> bool:
+        pod = self.pod()
+        return pod is not None and not pods.is_gated(pod)
+
+    async def phase(self, phase: str) -> None:
+        """The kubelet's part: its containers ended."""
+        pod = self.pod()
+        await self.h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+
+
+async def test_a_plain_pods_whole_life_through_the_controller():
+    async with Harness() as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        notebook = PodLife(h, "notebook")
+        await notebook.create(4)
+        # its Workload: Kueue's name, controlled by the pod, one pod set `main` of 1
+        await eventually(lambda: notebook.workload() is not None, what="its Workload created")
+        wl = notebook.workload()
+        assert wl["metadata"]["name"].startswith("pod-notebook-")
+        assert wl["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "notebook",
+                                                      "uid": notebook.uid, "controller": True,
+                                                      "blockOwnerDeletion": True}]
+        assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == [("main", 1)]
+        # admitted: the gate removed, the flavor's nodeSelector added to its own
+        await eventually(notebook.ungated, what="ungated on admission")
+        assert W.is_true(notebook.workload(), "Admitted")
+        assert notebook.pod()["spec"]["nodeSelector"] == {"team": "a", **GH200}
+        assert notebook.pod()["spec"]["containers"][0]["command"] == ["train"], "written from a live read"
+
+        # preempted by a Job needing every GPU: the pod is deleted, its quota counts until it ended
+        await h.submit(preemptor(4))
+        await eventually(lambda: (notebook.pod() or {}).get("metadata", {}).get("deletionTimestamp"),
+                         what="the preempted pod deleted")
+        assert W.condition(notebook.workload(), "Evicted")["reason"] == "Preempted"
+        assert not h.running("team-a", "urgent"), "the preemptor waits for the pod to end"
+        assert pods.MANAGED_LABEL in notebook.pod()["metadata"]["finalizers"], "kept until it ended"
+        await notebook.phase("Failed")
+        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        # Kueue: the pod ended Failed, its finalizer goes, the pod goes, its Workload with it
+        await eventually(lambda: notebook.pod() is None and notebook.workload() is None, what="pod and Workload gone")
+
+        # a pod waits gated while the quota is taken, and runs once it is free; finished with its phase
+        train = PodLife(h, "train")
+        await train.create(2)
+        await eventually(lambda: train.workload() is not None, what="queued")
+        assert not W.is_true(train.workload(), "QuotaReserved")
+        assert pods.is_gated(train.pod())
+        await h.kube.delete(K.JOBS, "team-a", "urgent")
+        await eventually(train.ungated, what="admitted once the quota is free")
+        await train.phase("Succeeded")
+        await eventually(lambda: W.is_true(train.workload(), "Finished"), what="Workload Finished")
+        assert W.condition(train.workload(), "Finished")["reason"] == "Succeeded"
+        await eventually(lambda: pods.MANAGED_LABEL not in (train.pod()["metadata"].get("finalizers") or ()),
+                         what="Kueue's finalizer removed")
+        assert train.pod() is not None, "a finished pod stays until its owner deletes it"
+
+        # a pod deleted while gated: its finalizer goes at once, and its Workload with it
+        waiting = PodLife(h, "waiting")
+        await waiting.create(8)  # more than the ClusterQueue has: never admitted
+        await eventually(lambda: waiting.workload() is not None, what="queued")
+        await h.kube.delete(K.PODS, "team-a", "waiting")
+        await eventually(lambda: waiting.pod() is None and waiting.workload() is None,
+                         what="the gated pod and its Workload gone")
+
+        assert h.observer.violations == []
+        await h.pods.held()
+        assert ctl.job_steering.refused == []
+
+
+async def test_a_pod_without_the_managed_label_is_not_queued():
+    """Only what the webhook gated is the pod integration's (Kueue's managed label): a Job's pods,
+    and a pod created before the integration, are not."""
+    async with Harness() as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        pod = plain_pod("unmarked", 1)
+        del pod["metadata"]["labels"][pods.MANAGED_LABEL]
+        await h.kube.create(K.PODS, "team-a", pod)
+        await h.submit(preemptor(1))
+        await eventually(lambda: h.running("team-a", "urgent"), what="a Job queued")
+        kinds = [w["metadata"]["ownerReferences"][0]["kind"] for w in h.api.cluster.store.kind(WORKLOADS).values()]
+        assert kinds == ["Job"]
