@@ -57,7 +57,7 @@ class PodLife:
 
 
 async def test_a_plain_pods_whole_life_through_the_controller():
-    async with Harness() as h:
+    async with Harness(kubernetes_minor=27) as h:
         for obj in quota_objects(4):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -120,7 +120,7 @@ async def test_a_plain_pods_whole_life_through_the_controller():
 async def test_a_pod_without_the_managed_label_is_not_queued():
     """Only what the webhook gated is the pod integration's (Kueue's managed label): a Job's pods,
     and a pod created before the integration, are not."""
-    async with Harness() as h:
+    async with Harness(kubernetes_minor=27) as h:
         for obj in quota_objects(4):
             await h.apply(obj)
         await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -129,5 +129,24 @@ async def test_a_pod_without_the_managed_label_is_not_queued():
         await h.kube.create(K.PODS, "team-a", pod)
         await h.submit(preemptor(1))
         await eventually(lambda: h.running("team-a", "urgent"), what="a Job queued")
+        kinds = [w["metadata"]["ownerReferences"][0]["kind"] for w in h.api.cluster.store.kind(WORKLOADS).values()]
+        assert kinds == ["Job"]
+
+
+async def test_the_pod_integration_is_refused_on_a_server_older_than_1_27(caplog):
+    """Kueue's message, once; the API server drops scheduling gates there, so the webhook gates
+    nothing and the controller queues no pod (a GPU one is refused a node by the extender)."""
+    caplog.set_level("INFO", logger="gpuqueue.controller")
+    async with Harness() as h:  # the stand-in reports v1.24.0+0
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        refused = [r.getMessage() for r in caplog.records if "1.27 or newer" in r.getMessage()]
+        assert refused == ["pod integration only supported in Kubernetes 1.27 or newer (this API server is "
+                           "v1.24.0+0): pods are not queued; a GPU pod is refused a node by the extender"]
+        assert [k.kind.kind for k in ctl.kinds] == ["Job"]
+        await h.kube.create(K.PODS, "team-a", plain_pod("notebook", 1))
+        await h.submit(preemptor(1))
+        await eventually(lambda: h.running("team-a", "urgent"), what="a Job still queued")
         kinds = [w["metadata"]["ownerReferences"][0]["kind"] for w in h.api.cluster.store.kind(WORKLOADS).values()]
         assert kinds == ["Job"]

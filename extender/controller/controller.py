@@ -41,6 +41,7 @@ from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_wr
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer
+from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_gates
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
@@ -121,6 +122,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
     async def start(self) -> None:
         """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
         await self._skip_missing_kinds()
+        await self._refuse_pods_on_old_servers()
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
@@ -162,6 +164,20 @@ class Controller(RebuildFromApi, WorkloadEvents):
             self.pod_owners.caches.pop(kind.kind, None)
             self.kinds = [k for k in self.kinds if k.kind is not kind]
             self.kinds_by_kind.pop(kind.kind, None)
+
+    async def _refuse_pods_on_old_servers(self) -> None:
+        """Kueue refuses its pod integration on a server older than 1.27, which drops scheduling
+        gates (the webhook gates nothing there either); one log line."""
+        pod_kinds = [k for k in self.kinds if k.deletes_to_stop]
+        if not pod_kinds:
+            return
+        version = await server_version(self.api, self.options.request_timeout)
+        if too_old_for_gates(version):
+            log.warning("%s (this API server is %s): pods are not queued; a GPU pod is refused a node by the extender",
+                        TOO_OLD_FOR_PODS, (version or {}).get("gitVersion") or "")
+            self.kinds = [k for k in self.kinds if not k.deletes_to_stop]
+            for kind in pod_kinds:
+                self.kinds_by_kind.pop(kind.kind.kind, None)
 
     async def stop(self) -> None:
         if self._elector_task is not None:
@@ -266,8 +282,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
         """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
         kind it queues comes here: a Job is any of them.)"""
-        if not self.recovered:
-            return
+        if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
+            return  # (a kind refused at start: the pod integration on an old server)
         meta = job["metadata"]
         key = kind.key(meta["namespace"], meta["name"])
         if kind.deletes_to_stop and PodKind.releasable(job):
