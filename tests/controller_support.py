@@ -170,7 +170,7 @@ class PodObserver:
                 continue  # a gated pod is not scheduled
             gpus = self._gpus(pod)
             if gpus:
-                uid = self._owner(_job_uid(pod))
+                uid = self._owner(pod["metadata"]["uid"], _job_uid(pod))
                 running[uid] = running.get(uid, 0) + gpus
         usage: dict[str, dict[tuple[str, str], int]] = {}
         excess = 0
@@ -194,9 +194,12 @@ class PodObserver:
             self.excess_spans.append(now - self._since)
             self._since = None
 
-    def _owner(self, uid: str) -> str:
-        """The first owner up the pod's chain that holds a reservation (a JobSet's, not its child
-        Job's; a RayJob's, not its RayCluster's), else its controller."""
+    def _owner(self, pod_uid: str, uid: str) -> str:
+        """The first up the pod's chain - the pod itself (a plain pod's Workload), then from its
+        controller `uid` - that holds a reservation (a JobSet's, not its child Job's; a RayJob's,
+        not its RayCluster's), else its controller."""
+        if pod_uid in self._reserved:
+            return pod_uid
         at = uid
         for _ in range(4):
             if at in self._reserved:

@@ -14,11 +14,13 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.names import workload_name
-from gpuqueue.jobframework.registry import IntegrationsConfig
+from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
 from tests.test_controller_kinds import GH200, GPU, WORKLOADS, preemptor, quota_objects
 
 FRAMEWORKS = IntegrationsConfig(("batch/job", "pod"))
+REPLICA_SETS = K.Kind("replicasets", "apps", "v1", "replicasets", True, "ReplicaSet")
 
 
 def plain_pod(name: str, gpus: int, queue: str = "default") -> dict:
@@ -150,3 +152,69 @@ async def test_the_pod_integration_is_refused_on_a_server_older_than_1_27(caplog
         await eventually(lambda: h.running("team-a", "urgent"), what="a Job still queued")
         kinds = [w["metadata"]["ownerReferences"][0]["kind"] for w in h.api.cluster.store.kind(WORKLOADS).values()]
         assert kinds == ["Job"]
+
+
+def deployment_pod(template: dict, rs: dict, name: str) -> dict:
+    """A pod of the Deployment's ReplicaSet, as its controller makes it from the marked template
+    and the pod webhook gates it."""
+    meta = template["metadata"]
+    return pods.gated({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "namespace": "team-a", "name": name, "labels": dict(meta.get("labels") or {}),
+        "annotations": dict(meta.get("annotations") or {}),
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"],
+                             "uid": rs["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": template["spec"]})
+
+
+async def test_a_deployments_pods_are_each_a_workload_of_their_own():
+    """As Kueue: the Deployment's template marked by the webhook, each of its pods queued as a
+    plain pod; a preempted one is deleted, its replacement waits gated for quota."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(8):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(
+            FAST, integrations=IntegrationsConfig(("batch/job", "pod", "deployment"))))
+        deployment = BY_FRAMEWORK["deployment"].marked({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"namespace": "team-a", "name": "serve", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": {
+                "metadata": {"labels": {"app": "serve"}}, "spec": plain_pod("x", 4)["spec"]}}}, "default")
+        deployment["spec"]["template"]["spec"].pop("schedulingGates")
+        deployment = await h.kube.create(kind_of(BY_FRAMEWORK["deployment"]), "team-a", deployment)
+        rs = await h.kube.create(REPLICA_SETS, "team-a", {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {
+                "namespace": "team-a", "name": "serve-1", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve", "controller": True,
+                     "uid": deployment["metadata"]["uid"]}]},
+            "spec": {"replicas": 2, "selector": deployment["spec"]["selector"],
+                     "template": deployment["spec"]["template"]}})
+        template = deployment["spec"]["template"]
+        lives = [PodLife(h, f"serve-1-{i}") for i in range(2)]
+        for life in lives:
+            life.uid = (await h.kube.create(K.PODS, "team-a", deployment_pod(template, rs, life.name)))["metadata"]["uid"]
+            life.wl_name = workload_name("Pod", "", life.name, life.uid)
+        await eventually(lambda: all(life.ungated() for life in lives), what="both admitted and ungated")
+        assert all(W.is_true(life.workload(), "Admitted") for life in lives)
+        assert all(life.pod()["spec"]["nodeSelector"] == {"team": "a", **GH200} for life in lives)
+
+        await h.submit(preemptor(4))
+        await eventually(lambda: any((life.pod() or {}).get("metadata", {}).get("deletionTimestamp")
+                                     for life in lives), what="one pod deleted")
+        victim = next(life for life in lives if life.pod()["metadata"].get("deletionTimestamp"))
+        assert not h.running("team-a", "urgent")
+        await victim.phase("Failed")
+        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await eventually(lambda: victim.pod() is None and victim.workload() is None, what="the victim gone")
+        # the ReplicaSet's replacement waits gated until the preemptor is gone
+        again = PodLife(h, "serve-1-2")
+        again.uid = (await h.kube.create(K.PODS, "team-a", deployment_pod(template, rs, again.name)))["metadata"]["uid"]
+        again.wl_name = workload_name("Pod", "", again.name, again.uid)
+        await eventually(lambda: again.workload() is not None, what="the replacement queued")
+        assert pods.is_gated(again.pod())
+        await h.kube.delete(K.JOBS, "team-a", "urgent")
+        await eventually(again.ungated, what="the replacement admitted")
+        owners = sorted(w["metadata"]["ownerReferences"][0]["kind"] for w in h.api.cluster.store.kind(WORKLOADS).values())
+        assert owners == ["Pod", "Pod"]
+        assert h.observer.violations == []
+        await h.pods.held()
+        assert ctl.job_steering.refused == []

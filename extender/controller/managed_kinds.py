@@ -266,7 +266,7 @@ class EnabledKinds:
 
     managed: list[ManagedKind]  # the kinds it queues
     needs: dict[str, list[K.Kind]]  # by framework: the other kinds it reads (owners on its pods' chains, runtimes)
-    skipped: list[str]  # enabled frameworks it does not queue: the pod-gated kinds (the pod integration)
+    skipped: list[str]  # enabled frameworks it does not queue: the kinds whose pods form groups (not yet)
 
     @property
     def watched(self) -> list[K.Kind]:
@@ -283,6 +283,8 @@ def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
     for integration in config.integrations():
         if integration.framework == "pod":
             managed.append(PodKind(integration))
+        elif integration.framework == "deployment":
+            pass  # its pods are queued by the pod integration, each a Workload of its own, as in Kueue
         elif integration.hold != SUSPEND:
             skipped.append(integration.framework)
         else:
