@@ -8,6 +8,7 @@ the test ends a deleted pod's containers (phase Failed) as the kubelet would."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from gpuqueue.extender.controller import kinds as K
@@ -218,3 +219,27 @@ async def test_a_deployments_pods_are_each_a_workload_of_their_own():
         assert h.observer.violations == []
         await h.pods.held()
         assert ctl.job_steering.refused == []
+
+
+async def test_a_running_pod_deleted_by_its_owner_holds_its_quota_until_it_ended():
+    """Its Workload goes with it, but another pod is admitted to its GPUs only once its containers
+    ended (Kueue's finalizer keeps it until then; the controller removes it)."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        first, second = PodLife(h, "first"), PodLife(h, "second")
+        await first.create(4)
+        await eventually(first.ungated, what="the first admitted")
+        await h.kube.delete(K.PODS, "team-a", "first")
+        await second.create(4)
+        await eventually(lambda: second.workload() is not None, what="the second queued")
+        for _ in range(20):  # a while: the second stays gated as long as the first runs
+            assert pods.is_gated(second.pod()), "admitted while the deleted pod still ran"
+            await asyncio.sleep(0.02)
+        assert pods.MANAGED_LABEL in first.pod()["metadata"]["finalizers"]
+        await first.phase("Failed")
+        await eventually(second.ungated, what="the second admitted once the first ended")
+        await eventually(lambda: first.pod() is None and first.workload() is None, what="the first gone")
+        assert h.observer.violations == []
+        await h.pods.held()

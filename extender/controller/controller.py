@@ -67,6 +67,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
         for framework in enabled.skipped:
             log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
                      "admitted (their GPU pods are refused a node)", framework)
+        if any(k.deletes_to_stop for k in enabled.managed):
+            log.info("integration pod: pod groups (label kueue.x-k8s.io/pod-group-name) are not queued by the "
+                     "controller yet: their pods stay gated")
         self.kinds = enabled.managed
         self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
         self.needs = enabled.needs
