@@ -243,3 +243,22 @@ async def test_a_running_pod_deleted_by_its_owner_holds_its_quota_until_it_ended
         await eventually(lambda: first.pod() is None and first.workload() is None, what="the first gone")
         assert h.observer.violations == []
         await h.pods.held()
+
+
+async def test_a_pod_that_ended_while_no_controller_ran_is_finished_and_released():
+    """The next leader finishes its Workload and removes Kueue's finalizer from what it lists."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)
+        ctl = await h.controller(options)
+        life = PodLife(h, "notebook")
+        await life.create(4)
+        await eventually(life.ungated, what="admitted")
+        await h.kill(ctl)
+        await life.phase("Succeeded")
+        await h.controller(options)
+        await eventually(lambda: W.is_true(life.workload(), "Finished"), what="Workload Finished")
+        await eventually(lambda: pods.MANAGED_LABEL not in (life.pod()["metadata"].get("finalizers") or ()),
+                         what="Kueue's finalizer removed by the next leader")
+        assert h.observer.violations == []

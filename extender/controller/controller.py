@@ -296,6 +296,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
             self._depart(st)  # a new Job of the same name
             st = None
         if st is None:
+            if not held and not kind.queued(job):
+                return  # (before naming its Workload: every pod of the cluster comes here with `pod` enabled)
             wl = self._workload_of(job, kind)
             if not held and not self.is_managed(job, wl, kind):
                 return
