@@ -167,11 +167,11 @@ class PodObserver:
             return
         running: dict[str, int] = {}
         for pod in _stored(self.api, R.PODS):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["spec"].get("schedulingGates"):
+                continue  # a gated pod is not scheduled
             gpus = self._gpus(pod)
             if gpus:
-                uid = self._owner(_job_uid(pod))
+                uid = self._owner(pod["metadata"]["uid"], _job_uid(pod))
                 running[uid] = running.get(uid, 0) + gpus
         usage: dict[str, dict[tuple[str, str], int]] = {}
         excess = 0
@@ -195,9 +195,12 @@ class PodObserver:
             self.excess_spans.append(now - self._since)
             self._since = None
 
-    def _owner(self, uid: str) -> str:
-        """The first owner up the pod's chain that holds a reservation (a JobSet's, not its child
-        Job's; a RayJob's, not its RayCluster's), else its controller."""
+    def _owner(self, pod_uid: str, uid: str) -> str:
+        """The first up the pod's chain - the pod itself (a plain pod's Workload), then from its
+        controller `uid` - that holds a reservation (a JobSet's, not its child Job's; a RayJob's,
+        not its RayCluster's), else its controller."""
+        if pod_uid in self._reserved:
+            return pod_uid
         at = uid
         for _ in range(4):
             if at in self._reserved:
@@ -237,7 +240,8 @@ def _job_uid(pod: dict) -> str:
         if ref.get("controller") and ref.get("uid"):
             return ref["uid"]
     labels = pod["metadata"].get("labels") or {}
-    return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), "")
+    # a plain pod of the pod integration is its own Workload's owner
+    return next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), pod["metadata"].get("uid", ""))
 
 
 def _quotas(obj: dict) -> dict[tuple[str, str], tuple[int, int | None]]:

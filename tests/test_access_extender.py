@@ -26,7 +26,7 @@ from tests.standin import ApiServer
 from tests.standin import resources as R
 from gpuqueue.jobframework.registry import INTEGRATIONS
 from tests import (controller_support, test_controller_behaviour, test_controller_flame, test_controller_flame_kinds,
-                   test_controller_hostile, test_controller_kinds)
+                   test_controller_hostile, test_controller_kinds, test_controller_pods)
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
@@ -202,6 +202,7 @@ REUSED = [
     test_controller_hostile.test_queue_label_changed_on_a_pending_job_moves_it,  # a pending Workload updated
     test_controller_hostile.test_restart_counts_a_reservation_whose_job_is_gone_until_its_pods_are,
     test_controller_flame_kinds.test_flame_with_pytorchjob_borrowers_and_jobset_reclaimers,
+    test_controller_pods.test_a_plain_pods_whole_life_through_the_controller,  # pods ungated, deleted, finalizers
 ]
 
 
@@ -239,7 +240,7 @@ def recorded() -> Recording:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RecordingHarness, "recording", recording, raising=False)
         for module in (test_controller_behaviour, test_controller_flame, test_controller_hostile, controller_support,
-                       test_controller_kinds, test_controller_flame_kinds):
+                       test_controller_kinds, test_controller_flame_kinds, test_controller_pods):
             mp.setattr(module, "Harness", RecordingHarness)
 
         async def run_all() -> None:
@@ -274,8 +275,10 @@ def test_recorded_calls_in_rbac_terms(recorded):
     assert used[("batch", "jobs/finalizers", False)] == {"update"}
     assert used[("", "events", False)] == {"create"}
     assert used[("coordination.k8s.io", "leases", True)] == {"get", "create", "update"}
-    for resource in ("nodes", "pods", "namespaces"):
+    for resource in ("nodes", "namespaces"):
         assert used[("", resource, False)] == {"list", "watch"}
+    assert used[("", "pods", False)] == {"list", "watch", "get", "update", "delete"}  # the pod integration's writes
+    assert used[("", "pods/finalizers", False)] == {"update"}
     lease_namespaces = {ns for _g, r, _v, ns, _n in recorded.calls(EXTENDER_AGENT) if r == "leases"}
     assert lease_namespaces == {NS}
 
@@ -283,7 +286,7 @@ def test_recorded_calls_in_rbac_terms(recorded):
 def test_the_comparison_would_catch_an_undeclared_call_and_an_unused_grant(recorded, monkeypatch):
     calls = recorded.calls(EXTENDER_AGENT)
     with pytest.raises(AssertionError, match="does not declare"):
-        assert_calls_match_access_table("extender", calls | {("", "pods", "delete", "default", "p")})
+        assert_calls_match_access_table("extender", calls | {("", "nodes", "delete", None, "n")})
     extra = access.ApiAccess("extender", "", "nodes", frozenset({"get"}), "test")
     monkeypatch.setattr(access, "API_ACCESS", access.API_ACCESS + (extra,))
     with pytest.raises(AssertionError, match="never makes"):

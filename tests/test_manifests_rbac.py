@@ -209,9 +209,9 @@ def test_require_refuses_an_undeclared_call():
 
 
 def test_the_comparison_would_catch_an_extra_verb(monkeypatch):
-    extra = access.ApiAccess("extender", "", "pods", frozenset({"delete"}), "test")
+    extra = access.ApiAccess("extender", "", "nodes", frozenset({"delete"}), "test")
     monkeypatch.setattr(access, "API_ACCESS", access.API_ACCESS + (extra,))
-    assert ("gpuqueue-extender", "cluster", "", "pods", "", "delete") in declared() - granted()
+    assert ("gpuqueue-extender", "cluster", "", "nodes", "", "delete") in declared() - granted()
 
 
 def test_install_docs_list_exactly_the_declared_permissions():

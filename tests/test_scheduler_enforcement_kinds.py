@@ -57,11 +57,11 @@ OPTIONS = dataclasses.replace(FAST, integrations=IntegrationsConfig(("batch/job"
 
 
 @contextlib.asynccontextmanager
-async def extender(h: Harness, tmp_path, before_start=None):
+async def extender(h: Harness, tmp_path, before_start=None, options=OPTIONS):
     """A controller (as `gpuqueue extender` runs it) and the extender over TLS on its caches; a
     Cluster to ask it. `before_start(ctl, view)`: runs while the controller starts and its caches
     sync."""
-    ctl = Controller(client.ApiClient(h.api.client_configuration()), OPTIONS, identity="test")
+    ctl = Controller(client.ApiClient(h.api.client_configuration()), options, identity="test")
     h.controllers.append(ctl)
     view = ControllerClusterView(ctl)  # before the caches start, as `gpuqueue extender` does
     during = asyncio.create_task(before_start(ctl, view)) if before_start is not None else None

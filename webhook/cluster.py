@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION
 
+from gpuqueue.kube.version import server_version as _server_version
+
 log = logging.getLogger("gpuqueue.webhook")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -187,23 +189,6 @@ class ApiPods:
             raise LookupError(f"reading the pod failed: {type(exc).__name__}: {exc}".rstrip(": ")) from None
 
 
-def minor_of(version: Mapping[str, Any]) -> int | None:
-    """The minor release of a /version answer ("27", or "27+" on some providers); None if unreadable."""
-    digits = "".join(ch for ch in str(version.get("minor") or "") if ch.isdigit())
-    return int(digits) if digits and str(version.get("major")) == "1" else None
-
-
 async def server_version(api) -> Mapping[str, Any] | None:
     """GET /version (every user may: system:public-info-viewer); None when it cannot be read."""
-    import orjson
-    from kubernetes_asyncio import client
-
-    try:
-        resp = await asyncio.wait_for(client.VersionApi(api).get_code(_preload_content=False), POD_READ_TIMEOUT)
-    except Exception as exc:  # noqa: BLE001 - any failure: the version is unknown, said by the caller
-        log.warning("cannot read the API server's version: %s", exc)
-        return None
-    try:
-        return orjson.loads(await resp.read()) if resp.status == 200 else None
-    finally:
-        resp.release()
+    return await _server_version(api, POD_READ_TIMEOUT)

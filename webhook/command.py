@@ -74,14 +74,12 @@ def with_gates(settings: WebhookSettings, version) -> WebhookSettings:
     the pod to the extender, which refuses it a node until it is admitted)."""
     from dataclasses import replace
 
-    from gpuqueue.webhook.cluster import minor_of
-    from gpuqueue.webhook.pod_admission import GATES_MINOR
+    from gpuqueue.kube.version import TOO_OLD_FOR_PODS, too_old_for_gates
 
-    minor = minor_of(version) if version else None
     shown = (version or {}).get("gitVersion") or ""
-    if minor is not None and minor < GATES_MINOR:
-        log.warning("pod integration only supported in Kubernetes 1.27 or newer (this API server is %s): pods are not "
-                    "gated; a pod that needs an admission stays Pending, refused a node by the extender", shown)
+    if too_old_for_gates(version):
+        log.warning("%s (this API server is %s): pods are not gated; a pod that needs an admission stays Pending, "
+                    "refused a node by the extender", TOO_OLD_FOR_PODS, shown)
         return replace(settings, scheduling_gates=False, server_version=shown)
     return replace(settings, server_version=shown)
 

@@ -71,8 +71,6 @@ ALLOW = PodVerdict()
 
 
 POD = PodIntegration()
-# Kueue refuses its pod integration below this release: the API server drops scheduling gates.
-GATES_MINOR = 27
 
 
 @dataclass(frozen=True)

@@ -28,18 +28,20 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners, controller_ref,
-                                                        informer_lookup, managed_kinds)
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodKind, PodOwners,
+                                                        controller_ref, informer_lookup, managed_kinds,
+                                                        without_finalizer)
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.records import WorkloadRecords
+from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer
+from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_gates
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
@@ -65,6 +67,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
         for framework in enabled.skipped:
             log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
                      "admitted (their GPU pods are refused a node)", framework)
+        if any(k.deletes_to_stop for k in enabled.managed):
+            log.info("integration pod: pod groups (label kueue.x-k8s.io/pod-group-name) are not queued by the "
+                     "controller yet: their pods stay gated")
         self.kinds = enabled.managed
         self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
         self.needs = enabled.needs
@@ -120,6 +125,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
     async def start(self) -> None:
         """Start the caches; lead at once, or when the Lease says so (--leader-elect)."""
         await self._skip_missing_kinds()
+        await self._refuse_pods_on_old_servers()
         for inf in self.informers.values():
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
@@ -161,6 +167,20 @@ class Controller(RebuildFromApi, WorkloadEvents):
             self.pod_owners.caches.pop(kind.kind, None)
             self.kinds = [k for k in self.kinds if k.kind is not kind]
             self.kinds_by_kind.pop(kind.kind, None)
+
+    async def _refuse_pods_on_old_servers(self) -> None:
+        """Kueue refuses its pod integration on a server older than 1.27, which drops scheduling
+        gates (the webhook gates nothing there either); one log line."""
+        pod_kinds = [k for k in self.kinds if k.deletes_to_stop]
+        if not pod_kinds:
+            return
+        version = await server_version(self.api, self.options.request_timeout)
+        if too_old_for_gates(version):
+            log.warning("%s (this API server is %s): pods are not queued; a GPU pod is refused a node by the extender",
+                        TOO_OLD_FOR_PODS, (version or {}).get("gitVersion") or "")
+            self.kinds = [k for k in self.kinds if not k.deletes_to_stop]
+            for kind in pod_kinds:
+                self.kinds_by_kind.pop(kind.kind.kind, None)
 
     async def stop(self) -> None:
         if self._elector_task is not None:
@@ -252,6 +272,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
         if parent is not None and parent.get("kind") in self.kinds_by_kind and \
                 self.kinds_by_kind[parent["kind"]].kind.api_version == parent.get("apiVersion"):
             return False
+        if not kind.queued(job):
+            return False
         return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
                              self.options.managed_jobs, _open(workload, job, kind.finished(job) is not None))
 
@@ -263,15 +285,19 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
         """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
         kind it queues comes here: a Job is any of them.)"""
-        if not self.recovered:
-            return
+        if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
+            return  # (a kind refused at start: the pod integration on an old server)
         meta = job["metadata"]
         key = kind.key(meta["namespace"], meta["name"])
+        if kind.deletes_to_stop and PodKind.releasable(job):
+            self._release_pod(key, job)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._depart(st)  # a new Job of the same name
             st = None
         if st is None:
+            if not held and not kind.queued(job):
+                return  # (before naming its Workload: every pod of the cluster comes here with `pod` enabled)
             wl = self._workload_of(job, kind)
             if not held and not self.is_managed(job, wl, kind):
                 return
@@ -294,6 +320,23 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.following.follow(st, job)
         self._steer(st, job)
         self.job_steering.poke(st.uid)
+
+    def _release_pod(self, key: str, pod: dict) -> None:
+        """Kueue's finalizer off a pod that holds nothing any more, after whatever its Workload's
+        writes are (its end is recorded first; a deleted pod then goes, and its Workload with it)."""
+        uid = pod["metadata"]["uid"]
+
+        async def write():
+            def change(live: dict) -> dict | None:
+                return without_finalizer(live) if live["metadata"].get("uid") == uid else None
+            try:
+                await read_modify_write(self.kube, K.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"],
+                                        None, change)
+            except Exception as exc:
+                if not is_status(exc, 404):
+                    raise
+
+        self.writes.chain(key, write)
 
     def _steer(self, st: JobState, job: dict) -> None:
         """Kueue's steps 7 and 8, on every change of the Job: an admitted Job suspended by someone

@@ -122,8 +122,9 @@ class JobSteering:
                 return None
             return change(job)
 
+        cached = None if st.kind.deletes_to_stop else self.job(st)  # a pod's cached copy is trimmed
         try:
-            return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, self.job(st), checked,
+            return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, cached, checked,
                                            protect=_as_is)
         except Exception as exc:
             if is_status(exc, 404):
@@ -237,7 +238,7 @@ class JobSteering:
 
         async def write():
             self._stop_queued.discard(st.key)
-            changed = await self._update(st, lambda job: None if self.may_run(st) else st.kind.suspend(job))
+            changed = await self._halt(st, unless=lambda: self.may_run(st))
             if changed is not None and rid is not None:
                 # until its pods are gone - or its owner starts it again after this suspension (a
                 # later generation; the next stop takes over), or it is admitted meanwhile
@@ -255,7 +256,18 @@ class JobSteering:
         return lq.cluster_queue if lq is not None else None
 
     async def suspend(self, st: JobState) -> dict | None:
-        return await self._update(st, st.kind.suspend)
+        return await self._halt(st)
+
+    async def _halt(self, st: JobState, unless: Callable[[], bool] = lambda: False) -> dict | None:
+        """Suspended - or, for a kind that cannot be (a pod), deleted, as Kueue stops a pod. Returns
+        the object as written, None when nothing was (`unless()` true, already so, or gone)."""
+        if not st.kind.deletes_to_stop:
+            return await self._update(st, lambda job: None if unless() else st.kind.suspend(job))
+        live = self.job(st)
+        if unless() or live is None or live["metadata"].get("uid") != st.uid or live["metadata"].get(
+                "deletionTimestamp"):
+            return None
+        return await self.kube.delete(st.kind.kind, st.namespace, st.name, uid=st.uid)
 
     async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False,
                            fenced: Callable[[], bool] = lambda: True) -> None:

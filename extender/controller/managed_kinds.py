@@ -22,6 +22,7 @@ from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
 from gpuqueue.jobframework import registry
 from gpuqueue.jobframework.integration import SUSPEND, Integration, Lookup, TemplatedJob, dotted
+from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME
 from gpuqueue.jobframework.managed import job_queue_name
 from gpuqueue.jobframework.podset import PodSet, PodSetInfo
@@ -42,6 +43,10 @@ def kind_of(integration: Integration) -> K.Kind:
 
 
 class ManagedKind:
+    # A pod cannot be suspended: stopping one deletes it (Kueue's pod integration), and its cached
+    # copy is trimmed (cached_fields.py), so it is written from a live read only.
+    deletes_to_stop = False
+
     def __init__(self, integration: Integration) -> None:
         self.integration = integration
         self.lookup: Lookup | None = None  # what its pod sets are read from besides itself (a TrainJob's runtime)
@@ -105,6 +110,10 @@ class ManagedKind:
         pod_priority = next((m.spec.priority for _, m in self._models(obj) if m.spec.priority is not None), None)
         return priorities.priority_for(labels, self.integration.priority_class_name(obj, self.lookup), pod_priority)
 
+    def queued(self, obj: dict) -> bool:
+        """Whether the kind queues this object at all (besides Kueue's rule, is_managed)."""
+        return True
+
     @staticmethod
     def queue_name(obj: dict) -> str | None:
         return job_queue_name(obj)
@@ -136,6 +145,49 @@ class ManagedKind:
         return None if done is None else ("Complete" if done.succeeded else "Failed")
 
 
+class PodKind(ManagedKind):
+    """A plain pod of the pod integration (Kueue's pod controller): one Workload `pod-<name>-<hash>`
+    controlled by the pod, pod set `main` of 1; held by its scheduling gate, run by removing the gate
+    with the admitted flavor's nodeSelector and tolerations (pods.ungated); stopped by deleting it;
+    nothing to restore. Only a pod the webhook gated (the managed label) is queued; a pod group is
+    not queued here (yet)."""
+
+    deletes_to_stop = True
+
+    def __init__(self, integration: Integration) -> None:
+        super().__init__(integration)
+        self.kind = K.PODS
+
+    def queued(self, obj: dict) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(pods.MANAGED_LABEL) == "true" and pods.group_name(obj) is None
+
+    def run(self, obj: dict, infos: dict[str, PodSetInfo]) -> dict | None:
+        return pods.ungated(obj, infos.get(pods.MAIN))
+
+    def suspend(self, obj: dict) -> dict | None:
+        return None  # deleted instead (deletes_to_stop)
+
+    def restore(self, obj: dict) -> dict | None:
+        return None
+
+    @staticmethod
+    def releasable(pod: dict) -> bool:
+        """Kueue's finalizer may go: the pod holds nothing any more (terminated, or deleted while
+        still gated) and its end has been seen."""
+        meta = pod.get("metadata") or {}
+        return pods.MANAGED_LABEL in (meta.get("finalizers") or ()) and (
+            pods.is_terminated(pod) or (bool(meta.get("deletionTimestamp")) and pods.is_gated(pod)))
+
+
+def without_finalizer(pod: dict) -> dict | None:
+    meta = pod.get("metadata") or {}
+    if pods.MANAGED_LABEL not in (meta.get("finalizers") or ()):
+        return None
+    out = {**pod, "metadata": {**meta, "finalizers": [f for f in meta["finalizers"] if f != pods.MANAGED_LABEL]}}
+    return out
+
+
 def pod_set_infos(admission: Admission, flavors: dict[str, FlavorSpec]) -> dict[str, PodSetInfo]:
     """Each admitted pod set's own flavors' nodeSelector and tolerations (`flavors`: the engine's
     specs by name)."""
@@ -158,7 +210,7 @@ def controller_ref(obj: dict) -> dict | None:
 
 
 class PodOwners:
-    """Which objects a pod belongs to: the UIDs up its chain of controller ownerReferences through
+    """Which objects a pod belongs to: itself, and the UIDs up its chain of controller ownerReferences through
     the objects the controller's caches hold (pod -> Job -> JobSet, pod -> RayCluster -> RayJob,
     pod -> Job -> JobSet -> TrainJob), each in the pod's namespace; an orphaned pod of a Job by the
     Job's UID label."""
@@ -174,11 +226,12 @@ class PodOwners:
         the caches hold but not found there - deleted, or not seen yet - else None)."""
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or ""
+        own = {meta["uid"]} if meta.get("uid") else set()  # a plain pod is its own Workload's owner
         ref = controller_ref(pod)
         if ref is None:
             labels = meta.get("labels") or {}
-            return {labels[k] for k in JOB_UID_LABELS if labels.get(k)}, None
-        uids: set[str] = set()
+            return own | {labels[k] for k in JOB_UID_LABELS if labels.get(k)}, None
+        uids: set[str] = set(own)
         for _ in range(self.MAX_DEPTH):
             uids.add(ref["uid"])
             cache = self.caches.get(ref.get("kind") or "")
@@ -213,14 +266,14 @@ class EnabledKinds:
 
     managed: list[ManagedKind]  # the kinds it queues
     needs: dict[str, list[K.Kind]]  # by framework: the other kinds it reads (owners on its pods' chains, runtimes)
-    skipped: list[str]  # enabled frameworks it does not queue: the pod-gated kinds (the pod integration)
+    skipped: list[str]  # enabled frameworks it does not queue: the kinds whose pods form groups (not yet)
 
     @property
     def watched(self) -> list[K.Kind]:
         """Every kind to watch besides the controller's own (Jobs among them), once each."""
         out: dict[str, K.Kind] = {}
         for kind in (*(m.kind for m in self.managed), *(k for ks in self.needs.values() for k in ks)):
-            if kind is not K.JOBS:
+            if kind is not K.JOBS and kind is not K.PODS:
                 out.setdefault(kind.name, kind)
         return list(out.values())
 
@@ -228,7 +281,11 @@ class EnabledKinds:
 def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
     managed, skipped = [], []
     for integration in config.integrations():
-        if integration.hold != SUSPEND:
+        if integration.framework == "pod":
+            managed.append(PodKind(integration))
+        elif integration.framework == "deployment":
+            pass  # its pods are queued by the pod integration, each a Workload of its own, as in Kueue
+        elif integration.hold != SUSPEND:
             skipped.append(integration.framework)
         else:
             managed.append(BATCH_JOB if integration.framework == "batch/job" else ManagedKind(integration))

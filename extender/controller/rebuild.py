@@ -14,6 +14,7 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.departures import spec_from_admission
 from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.managed_kinds import PodKind
 from gpuqueue.kube import object_key
 from gpuqueue.extender.quota.engine import QuotaEngine
 
@@ -40,6 +41,8 @@ class RebuildFromApi:
             if self.is_managed(job, wl, kind):
                 st = self._rebuild(job, wl, kind)
                 tracked.add(f"{st.namespace}/{st.wl_name}")
+            if kind.deletes_to_stop and PodKind.releasable(job):  # a pod that ended while no one led
+                self._release_pod(kind.key(job["metadata"]["namespace"], job["metadata"]["name"]), job)
         live = {st.uid: st for st in self.jobs.values()}
         for wl in self.informers["workloads"].list():
             if not W.holds_reservation(wl) or object_key(wl) in tracked:

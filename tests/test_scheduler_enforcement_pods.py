@@ -1,0 +1,52 @@
+"""Enforcement over plain pods of the pod integration, through the controller's caches and the
+extender over TLS: an admitted pod goes to its flavor's nodes only; a pod its tenant ungated
+without an admission (the webhook refuses that edit; here it is made directly, as if the webhook
+were bypassed) gets no node, and the controller deletes it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.scheduler.view import ADMITTED
+from gpuqueue.jobframework.kinds import pods
+from gpuqueue.jobframework.registry import IntegrationsConfig
+from tests.controller_support import FAST, Harness, eventually
+from tests.test_controller_kinds import quota_objects
+from tests.test_controller_pods import plain_pod
+from tests.test_scheduler_enforcement_kinds import ALL, GPU_NODES, extender, nodes
+
+OPTIONS = dataclasses.replace(FAST, integrations=IntegrationsConfig(("batch/job", "pod")))
+
+
+async def test_a_pod_runs_only_when_admitted(tmp_path):
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in [*quota_objects(8), *nodes()]:
+            await h.apply(obj)
+        async with extender(h, tmp_path, options=OPTIONS) as c:
+            notebook = await h.kube.create(K.PODS, "team-a", plain_pod("notebook", 4))
+            uid = notebook["metadata"]["uid"]
+            await eventually(lambda: getattr(c.view.workload_owned_by(uid), "state", None) == ADMITTED,
+                             what="admitted, as the extender sees it")
+            await eventually(lambda: not pods.is_gated(c.pod("team-a", "notebook")), what="ungated")
+            await c.known(notebook)
+            fits = (await c.filter(c.pod("team-a", "notebook"), ALL))["NodeNames"]
+            assert fits and set(fits) <= set(GPU_NODES), fits
+            c.bind(c.pod("team-a", "notebook"), fits[0])
+
+            # 8 more GPUs than the quota has left: queued, gated; its tenant lifts the gate itself
+            greedy = await h.kube.create(K.PODS, "team-a", plain_pod("greedy", 8))
+            await eventually(lambda: c.view.workload_owned_by(greedy["metadata"]["uid"]) is not None,
+                             what="queued, as the extender sees it")
+            live = c.pod("team-a", "greedy")
+            await h.kube.replace(K.PODS, pods.ungated(live, None))
+            await c.known(greedy)
+            answer = await c.filter(c.pod("team-a", "greedy"), ALL)
+            assert answer["NodeNames"] == [], answer
+            assert answer["FailedAndUnresolvableNodes"][GPU_NODES[0]] == (
+                "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "
+                "gh200, 4 more needed")
+            # the controller stops it: a pod cannot be suspended, so it is deleted
+            await eventually(lambda: (c.pod("team-a", "greedy") or {}).get("metadata", {}).get("deletionTimestamp"),
+                             what="the ungated pod deleted by the controller")
+            assert c.pod("team-a", "notebook")["metadata"].get("deletionTimestamp") is None
