@@ -111,7 +111,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("extender", "", "namespaces", LIST_WATCH, "ClusterQueue namespaceSelector"),
     _a("extender", "", "nodes", LIST_WATCH, "node capacity for /filter and /prioritize"),
     _a("extender", "", "pods", LIST_WATCH, "GPUs requested by bound pods; victims' pods gone"),
-    _a("extender", "", "pods", "get update delete", "the pod integration: ungate an admitted pod with its flavor, delete a preempted one (a pod cannot be suspended), remove Kueue's finalizer"),
+    _a("extender", "", "pods", "get patch delete", "the pod integration: ungate an admitted pod with its flavor, delete a preempted one (a pod cannot be suspended), remove Kueue's finalizer"),
     _a("extender", "", "pods/finalizers", "update", "create Workloads owned by a Pod with blockOwnerDeletion"),
     _a("extender", "", "events", "create", "CreatedWorkload/QuotaReserved/Preempted/... Events on Jobs (each a new Event)"),
     _a("extender", "coordination.k8s.io", "leases", "create", "leader election: first start", install_namespace=True),

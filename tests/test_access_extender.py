@@ -277,7 +277,7 @@ def test_recorded_calls_in_rbac_terms(recorded):
     assert used[("coordination.k8s.io", "leases", True)] == {"get", "create", "update"}
     for resource in ("nodes", "namespaces"):
         assert used[("", resource, False)] == {"list", "watch"}
-    assert used[("", "pods", False)] == {"list", "watch", "get", "update", "delete"}  # the pod integration's writes
+    assert used[("", "pods", False)] == {"list", "watch", "get", "patch", "delete"}  # the pod integration's writes
     assert used[("", "pods/finalizers", False)] == {"update"}
     lease_namespaces = {ns for _g, r, _v, ns, _n in recorded.calls(EXTENDER_AGENT) if r == "leases"}
     assert lease_namespaces == {NS}

@@ -38,6 +38,9 @@ async def test_a_pod_runs_only_when_admitted(tmp_path):
             greedy = await h.kube.create(K.PODS, "team-a", plain_pod("greedy", 8))
             await eventually(lambda: c.view.workload_owned_by(greedy["metadata"]["uid"]) is not None,
                              what="queued, as the extender sees it")
+            # its pending message is written once it has waited (pending_message_delay)
+            await eventually(lambda: "4 more needed" in (getattr(c.view.workload_owned_by(greedy["metadata"]["uid"]),
+                                                                 "message", "") or ""), 8, what="its pending message")
             live = c.pod("team-a", "greedy")
             await h.kube.replace(K.PODS, pods.ungated(live, None))
             await c.known(greedy)

@@ -189,7 +189,7 @@ def assert_calls_match_access_table(component: str, calls: set[tuple[str, str, s
     from gpuqueue import access
 
     undeclared = sorted(c for c in calls if not access.declared(component, c[0], c[1], c[2], namespace=c[3], name=c[4]))
-    assert undeclared == [], f"{component} made calls gpuqueue/access.py does not declare"
+    assert undeclared == [], f"{component} made calls gpuqueue/access.py does not declare: {undeclared}"
     used = {(g, r, v) for g, r, v, _, _ in calls}
     granted = {(a.group, a.resource, v) for a in access.API_ACCESS if a.component == component for v in a.verbs}
     assert sorted(granted - used) == [], f"gpuqueue/access.py grants {component} calls it never makes"
