@@ -85,10 +85,12 @@ def test_pods_that_disagree_on_count_or_queue_are_named_as_kueue_names_them():
         "pods 'w-0' and 'w-1' has different queue names: default!=other")
 
 
-def test_fast_admission_queues_an_incomplete_group():
+def test_fast_admission_queues_an_incomplete_group_for_its_whole_count():
+    """Kueue's constructGroupPodSetsFast: one pod set, the first runnable pod's role, of the
+    group's total count, queued before every pod exists (a StatefulSet's pods ask for it)."""
     group = fed(member("web-0", **{P.GROUP_FAST_ADMISSION: "true"})).get("team-a/sweep")
     assert group.problem() is None
-    assert [ps.count for ps in group.pod_sets()] == [1]
+    assert [(ps.name, ps.count) for ps in group.pod_sets()] == [(P.pod_role(member("web-0")), 3)]
 
 
 def test_finished_when_as_many_pods_succeeded_as_it_counts():

@@ -54,9 +54,13 @@ class PodLife:
         return pod is not None and not pods.is_gated(pod)
 
     async def phase(self, phase: str) -> None:
-        """The kubelet's part: its containers ended."""
-        pod = self.pod()
-        await self.h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+        await end_pod(self.h, self.name, phase)
+
+
+async def end_pod(h: Harness, name: str, phase: str) -> None:
+    """The kubelet's part: the pod's containers ended."""
+    pod = h.api.cluster.store.get("pods", ("team-a", name))
+    await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
 
 
 async def test_a_plain_pods_whole_life_through_the_controller():
