@@ -189,3 +189,37 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
         assert h.observer.violations == []
         await h.pods.held()
         assert ctl.job_steering.refused == []
+
+
+async def test_an_admitted_group_is_kept_across_a_controller_restart():
+    """A new leader rebuilds the group from its pods and finds its Workload by the group: the
+    admission stands (no second Workload, no pod gated again), and a preemption after the
+    restart still waits for every pod of the group."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)
+        ctl = await h.controller(options)
+        sweep = GroupLife(h, "sweep")
+        for i in range(2):
+            await sweep.create(f"sweep-{i}", 2, 2)
+        await eventually(sweep.all_ungated, what="admitted and ungated")
+        admitted = sweep.workload()["metadata"]["uid"]
+        await h.kill(ctl)
+        ctl = await h.controller(options, identity="next")
+        await eventually(lambda: ctl.recovered, what="the new controller leads")
+        await asyncio.sleep(0.5)
+        assert sweep.workload()["metadata"]["uid"] == admitted and W.is_true(sweep.workload(), "Admitted")
+        assert [w["metadata"]["name"] for w in h.api.cluster.store.kind(WORKLOADS).values()] == ["sweep"]
+        assert sweep.all_ungated()
+
+        await h.submit(preemptor(4))
+        await eventually(lambda: all(p["metadata"].get("deletionTimestamp") for p in sweep.pods()),
+                         what="every pod deleted")
+        await sweep.phase("sweep-0", "Failed")
+        await asyncio.sleep(0.5)
+        assert not h.running("team-a", "urgent"), "the preemptor waits for the last pod"
+        await sweep.phase("sweep-1", "Failed")
+        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        assert h.observer.violations == []
+        await h.pods.held()
