@@ -223,3 +223,23 @@ async def test_an_admitted_group_is_kept_across_a_controller_restart():
         await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
         assert h.observer.violations == []
         await h.pods.held()
+
+
+async def test_a_pod_of_a_pending_group_ungated_by_its_tenant_is_deleted():
+    """The webhook lets only the controller lift the gate; with it bypassed, a pod of a group whose
+    Workload holds no reservation runs without an admission: the controller stops the group (a
+    pod cannot be suspended: its pods are deleted), as it stops a single pod."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        big = GroupLife(h, "big")
+        for i in range(2):
+            await big.create(f"big-{i}", 4, 2)  # 8 GPUs: more than the ClusterQueue has
+        await eventually(lambda: big.workload() is not None, what="queued")
+        live = big.pod("big-0")
+        await h.kube.replace(K.PODS, pods.ungated(live, None))
+        await eventually(lambda: (big.pod("big-0") or {}).get("metadata", {}).get("deletionTimestamp"),
+                         what="the ungated pod deleted by the controller")
+        assert not W.is_true(big.workload(), "QuotaReserved")
+        assert h.observer.violations == []
