@@ -17,7 +17,7 @@ from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
 from tests.test_controller_kinds import GH200, WORKLOADS, preemptor, quota_objects
-from tests.test_controller_pods import FRAMEWORKS, end_pod, plain_pod
+from tests.test_controller_pods import FRAMEWORKS, create_marked, end_pod, plain_pod
 
 
 def group_pod(name: str, group: str, gpus: int, total: int) -> dict:
@@ -52,6 +52,21 @@ class GroupLife:
     async def phase(self, name: str, phase: str) -> None:
         await end_pod(self.h, name, phase)
 
+    async def preempted(self) -> None:
+        """A Job needing every GPU preempts it: every pod deleted, the Job admitted only once the
+        last of them ended (the kubelet's part played here, pod by pod)."""
+        await self.h.submit(preemptor(4))
+        await eventually(lambda: all(p["metadata"].get("deletionTimestamp") for p in self.pods()),
+                         what="every pod of the preempted group deleted")
+        assert W.condition(self.workload(), "Evicted")["reason"] == "Preempted"
+        *first, last = [p["metadata"]["name"] for p in self.pods()]
+        for name in first:
+            await self.phase(name, "Failed")
+        await asyncio.sleep(0.5)
+        assert not self.h.running("team-a", "urgent"), "the preemptor waits for the group's last pod"
+        await self.phase(last, "Failed")
+        await eventually(lambda: self.h.running("team-a", "urgent"), what="the preemptor admitted")
+
 
 async def test_a_pod_groups_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
@@ -79,16 +94,7 @@ async def test_a_pod_groups_whole_life_through_the_controller():
         assert all(p["spec"]["nodeSelector"] == {"team": "a", **GH200} for p in sweep.pods())
 
         # preempted by a Job needing every GPU: every pod deleted, the quota held until all ended
-        await h.submit(preemptor(4))
-        await eventually(lambda: all(p["metadata"].get("deletionTimestamp") for p in sweep.pods()),
-                         what="every pod of the preempted group deleted")
-        assert W.condition(sweep.workload(), "Evicted")["reason"] == "Preempted"
-        await sweep.phase("sweep-leader", "Failed")
-        await sweep.phase("sweep-w0", "Failed")
-        await asyncio.sleep(0.5)
-        assert not h.running("team-a", "urgent"), "the preemptor waits for the group's last pod"
-        await sweep.phase("sweep-w1", "Failed")
-        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await sweep.preempted()
         await eventually(lambda: not sweep.pods() and sweep.workload() is None, what="the group and its Workload gone")
 
         # a group waits gated while the quota is taken, runs once it is free, finishes
@@ -110,9 +116,6 @@ async def test_a_pod_groups_whole_life_through_the_controller():
         assert h.observer.violations == []
         await h.pods.held()
         assert ctl.job_steering.refused == []
-
-
-STATEFULSETS = K.Kind("statefulsets", "apps", "v1", "statefulsets", True, "StatefulSet")
 
 
 def statefulset_pod(sts: dict, i: int) -> dict:
@@ -139,14 +142,11 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(
             FAST, integrations=IntegrationsConfig(("batch/job", "pod", "statefulset"))))
-        sts = BY_FRAMEWORK["statefulset"].marked({
+        sts = await create_marked(h, "statefulset", {
             "apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": {"namespace": "team-a", "name": "shard", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
             "spec": {"replicas": 2, "serviceName": "shard", "selector": {"matchLabels": {"app": "shard"}},
-                     "template": {"metadata": {"labels": {"app": "shard"}}, "spec": plain_pod("x", 2)["spec"]}}},
-            "default")
-        sts["spec"]["template"]["spec"].pop("schedulingGates")
-        sts = await h.kube.create(STATEFULSETS, "team-a", sts)
+                     "template": {"metadata": {"labels": {"app": "shard"}}, "spec": plain_pod("x", 2)["spec"]}}})
         group = sts["spec"]["template"]["metadata"]["labels"][pods.GROUP_NAME_LABEL]
         assert group == BY_FRAMEWORK["statefulset"].workload_name(sts)
         shard = GroupLife(h, group)
@@ -165,14 +165,7 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
         assert all(p["spec"]["nodeSelector"] == {"team": "a", **GH200} for p in shard.pods())
 
         # preempted: every pod deleted, the quota held until both ended
-        await h.submit(preemptor(4))
-        await eventually(lambda: all(p["metadata"].get("deletionTimestamp") for p in shard.pods()),
-                         what="every pod deleted")
-        await shard.phase("shard-0", "Failed")
-        await asyncio.sleep(0.5)
-        assert not h.running("team-a", "urgent"), "the preemptor waits for the last pod"
-        await shard.phase("shard-1", "Failed")
-        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await shard.preempted()
         await eventually(lambda: not shard.pods(), what="the pods gone (finalizers removed)")
 
         # its controller makes them again: queued afresh, gated while the quota is taken
@@ -213,14 +206,7 @@ async def test_an_admitted_group_is_kept_across_a_controller_restart():
         assert [w["metadata"]["name"] for w in h.api.cluster.store.kind(WORKLOADS).values()] == ["sweep"]
         assert sweep.all_ungated()
 
-        await h.submit(preemptor(4))
-        await eventually(lambda: all(p["metadata"].get("deletionTimestamp") for p in sweep.pods()),
-                         what="every pod deleted")
-        await sweep.phase("sweep-0", "Failed")
-        await asyncio.sleep(0.5)
-        assert not h.running("team-a", "urgent"), "the preemptor waits for the last pod"
-        await sweep.phase("sweep-1", "Failed")
-        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await sweep.preempted()
         assert h.observer.violations == []
         await h.pods.held()
 
