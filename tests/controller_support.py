@@ -143,6 +143,7 @@ class PodObserver:
         self._reserved: dict[str, tuple[str, str, int]] = {}  # job uid -> (ClusterQueue, flavor, GPUs reserved)
         self._per_pod: dict[str, int] = {}  # pod uid -> GPUs it requests
         self._parent: dict[str, str] = {}  # uid -> its controller's uid
+        self._group: dict[str, str] = {}  # pod uid -> its pod group Workload's job uid
         self.over: dict[str, tuple[int, int]] = {}
         api.observe(self)
 
@@ -156,6 +157,9 @@ class PodObserver:
             self._parent[meta["uid"]] = _job_uid(write.new) if write.resource is not R.PODS else ""
         if write.resource is R.WORKLOADS and write.user != TENANT:
             uid = (write.new["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid", "")
+            if (write.new["metadata"].get("annotations") or {}).get("kueue.x-k8s.io/is-group-workload") == "true":
+                for ref in write.new["metadata"].get("ownerReferences") or ():  # a pod group's: owned by its pods
+                    self._group[ref["uid"]] = uid
             adm = (write.new.get("status") or {}).get("admission")
             if write.type != "DELETED" and adm and W.is_true(write.new, "QuotaReserved") and not W.is_true(
                     write.new, "Finished"):
@@ -201,6 +205,8 @@ class PodObserver:
         not its RayCluster's), else its controller."""
         if pod_uid in self._reserved:
             return pod_uid
+        if self._group.get(pod_uid) in self._reserved:
+            return self._group[pod_uid]
         at = uid
         for _ in range(4):
             if at in self._reserved:

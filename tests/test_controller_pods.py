@@ -54,9 +54,13 @@ class PodLife:
         return pod is not None and not pods.is_gated(pod)
 
     async def phase(self, phase: str) -> None:
-        """The kubelet's part: its containers ended."""
-        pod = self.pod()
-        await self.h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+        await end_pod(self.h, self.name, phase)
+
+
+async def end_pod(h: Harness, name: str, phase: str) -> None:
+    """The kubelet's part: the pod's containers ended."""
+    pod = h.api.cluster.store.get("pods", ("team-a", name))
+    await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
 
 
 async def test_a_plain_pods_whole_life_through_the_controller():
@@ -155,6 +159,14 @@ async def test_the_pod_integration_is_refused_on_a_server_older_than_1_27(caplog
         assert kinds == ["Job"]
 
 
+async def create_marked(h: Harness, framework: str, obj: dict) -> dict:
+    """A parent of queued pods (Deployment, StatefulSet) as its webhook leaves it: its pod template
+    marked for queue "default"; the gate is put on its pods by the pod webhook, not on the template."""
+    marked = BY_FRAMEWORK[framework].marked(obj, "default")
+    marked["spec"]["template"]["spec"].pop("schedulingGates")
+    return await h.kube.create(kind_of(BY_FRAMEWORK[framework]), "team-a", marked)
+
+
 def deployment_pod(template: dict, rs: dict, name: str) -> dict:
     """A pod of the Deployment's ReplicaSet, as its controller makes it from the marked template
     and the pod webhook gates it."""
@@ -175,13 +187,11 @@ async def test_a_deployments_pods_are_each_a_workload_of_their_own():
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(
             FAST, integrations=IntegrationsConfig(("batch/job", "pod", "deployment"))))
-        deployment = BY_FRAMEWORK["deployment"].marked({
+        deployment = await create_marked(h, "deployment", {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"namespace": "team-a", "name": "serve", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
             "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": {
-                "metadata": {"labels": {"app": "serve"}}, "spec": plain_pod("x", 4)["spec"]}}}, "default")
-        deployment["spec"]["template"]["spec"].pop("schedulingGates")
-        deployment = await h.kube.create(kind_of(BY_FRAMEWORK["deployment"]), "team-a", deployment)
+                "metadata": {"labels": {"app": "serve"}}, "spec": plain_pod("x", 4)["spec"]}}})
         rs = await h.kube.create(REPLICA_SETS, "team-a", {
             "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {
                 "namespace": "team-a", "name": "serve-1", "ownerReferences": [

@@ -13,6 +13,7 @@ from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
 from tests.test_controller_kinds import quota_objects
+from tests.test_controller_pod_group_life import group_pod
 from tests.test_controller_pods import plain_pod
 from tests.test_scheduler_enforcement_kinds import ALL, GPU_NODES, extender, nodes
 
@@ -53,3 +54,37 @@ async def test_a_pod_runs_only_when_admitted(tmp_path):
             await eventually(lambda: (c.pod("team-a", "greedy") or {}).get("metadata", {}).get("deletionTimestamp"),
                              what="the ungated pod deleted by the controller")
             assert c.pod("team-a", "notebook")["metadata"].get("deletionTimestamp") is None
+
+
+async def test_a_pod_groups_pods_are_held_to_their_roles_pod_set(tmp_path):
+    """A group's Workload is owned by the pods it counts, controlled by none: the extender finds
+    each pod's Workload through those ownerReferences and holds it to its role's pod set's flavor.
+    A pod beyond the group's total count (three created for two) is not counted: it stays gated,
+    and ungated by its tenant (the webhook bypassed) it gets no node."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in [*quota_objects(8), *nodes()]:
+            await h.apply(obj)
+        async with extender(h, tmp_path, options=OPTIONS) as c:
+            created = [await h.kube.create(K.PODS, "team-a", group_pod(f"sweep-{i}", "sweep", 2, 2)) for i in range(3)]
+            uid = created[0]["metadata"]["uid"]
+            await eventually(lambda: getattr(c.view.workload_owned_by(uid), "state", None) == ADMITTED,
+                             what="admitted, as the extender sees it")
+            await eventually(lambda: not any(pods.is_gated(c.pod("team-a", f"sweep-{i}")) for i in range(2)),
+                             what="the two pods it counts ungated")
+            wl = c.view.workload_owned_by(uid)
+            assert {ps: a.count for ps, a in wl.pod_sets.items()} == {
+                created[0]["metadata"]["annotations"][pods.ROLE_HASH]: 2}
+            for i, pod in enumerate(created[:2]):
+                await c.known(pod)
+                fits = (await c.filter(c.pod("team-a", f"sweep-{i}"), ALL))["NodeNames"]
+                assert fits and set(fits) <= set(GPU_NODES), fits
+                c.bind(c.pod("team-a", f"sweep-{i}"), fits[0])
+
+            extra = c.pod("team-a", "sweep-2")
+            assert pods.is_gated(extra), "not counted: left gated"
+            await h.kube.replace(K.PODS, pods.ungated(extra, None))
+            await c.known(created[2])
+            answer = await c.filter(c.pod("team-a", "sweep-2"), ALL)
+            assert answer["NodeNames"] == [], answer
+            assert set(answer["FailedAndUnresolvableNodes"].values()) == {
+                "gpuqueue: pod team-a/sweep-2 requests nvidia.com/gpu but belongs to no admitted workload"}

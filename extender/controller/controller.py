@@ -37,7 +37,9 @@ from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.pod_groups import GROUP_KIND, PodGroupKind, with_groups
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
+from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer
@@ -63,13 +65,10 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
         # the kinds it queues (integrations.frameworks), the owners on their pods' chains, runtimes
-        enabled = managed_kinds(self.options.integrations)
+        enabled = with_groups(managed_kinds(self.options.integrations))
         for framework in enabled.skipped:
             log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
                      "admitted (their GPU pods are refused a node)", framework)
-        if any(k.deletes_to_stop for k in enabled.managed):
-            log.info("integration pod: pod groups (label kueue.x-k8s.io/pod-group-name) are not queued by the "
-                     "controller yet: their pods stay gated")
         self.kinds = enabled.managed
         self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
         self.needs = enabled.needs
@@ -259,7 +258,11 @@ class Controller(RebuildFromApi, WorkloadEvents):
 
         self.quota_objects.watch(self.informers)
         for kind in self.kinds:
-            on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
+            if isinstance(kind, PodGroupKind):
+                on("pods", functools.partial(self._on_group_pod, kind=kind, gone=False),
+                   functools.partial(self._on_group_pod, kind=kind, gone=True))
+            else:
+                on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
         self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
                                                 on_update=self._on_workload, on_delete=self._on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
@@ -280,7 +283,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def _workload_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> dict | None:
         """Its Workload, found by its UID: one created under gpuqueue's earlier name is kept."""
         meta = job["metadata"]
-        return self.owned.find(meta["namespace"], meta["uid"], kind.integration.workload_name(job))
+        return self.owned.find(meta["namespace"], meta["uid"], kind.workload_name(job))
 
     def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
         """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
@@ -289,8 +292,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return  # (a kind refused at start: the pod integration on an old server)
         meta = job["metadata"]
         key = kind.key(meta["namespace"], meta["name"])
-        if kind.deletes_to_stop and PodKind.releasable(job):
-            self._release_pod(key, job)
+        for pod in kind.releasable(job):
+            self._release_pod(key, pod)
         st = self.jobs.get(key)
         if st is not None and st.uid != job["metadata"]["uid"]:
             self._depart(st)  # a new Job of the same name
@@ -321,6 +324,28 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self._steer(st, job)
         self.job_steering.poke(st.uid)
 
+    def _on_group_pod(self, pod: dict, kind: PodGroupKind, gone: bool) -> None:
+        """A pod of a group changed: its group is judged again as a whole (a group has no object
+        of its own); a group whose pods are all gone departs as a deleted object does."""
+        changed = kind.groups.on_pod_delete(pod) if gone else kind.groups.on_pod(pod)
+        if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
+            return
+        for key in changed:
+            obj = kind.cache.get(key)
+            if obj is not None:
+                self._on_job(obj, kind=kind)
+                st = self.jobs.get(kind.key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
+                wl = self.owned.find(obj["metadata"]["namespace"], obj["metadata"]["uid"], st.wl_name) if st else None
+                if wl is not None and {r["uid"] for r in kind.owner_references(obj)} - {
+                        r.get("uid") for r in wl["metadata"].get("ownerReferences") or ()}:
+                    self.workload_writes.add_owners(st)
+                continue
+            namespace, name = key.split("/", 1)
+            st = self.jobs.get(kind.key(namespace, name))
+            if st is not None:
+                self._depart(st)
+                self.mark_dirty()
+
     def _release_pod(self, key: str, pod: dict) -> None:
         """Kueue's finalizer off a pod that holds nothing any more, after whatever its Workload's
         writes are (its end is recorded first; a deleted pod then goes, and its Workload with it)."""
@@ -343,10 +368,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
         else is started again (the admission stands, with its admitted template: a nodeSelector
         edited meanwhile does not survive; to stop a Job, delete it); a Job running without a
         reservation written is suspended, however often it is started."""
-        if not st.kind.suspended(job):
-            if not self.job_steering.may_run(st):
-                self.job_steering.stop(st)
-        elif st.phase == "admitted":
+        if not st.kind.suspended(job) and not self.job_steering.may_run(st):
+            self.job_steering.stop(st)
+        elif st.phase == "admitted" and st.kind.held(job):
             w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
             if w is not None:
                 self.job_steering.ensure_running(st, w.admission)
@@ -372,6 +396,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
     def state_of_workload(self, wl: dict) -> JobState | None:
         """What it tracks of a Workload's owner (by its controller reference's kind and name)."""
         ref = W.owner_ref(wl)
+        if ((wl["metadata"].get("annotations") or {}).get(IS_GROUP_WORKLOAD) == "true" and not ref
+                and GROUP_KIND.kind in self.kinds_by_kind):
+            ref = {"kind": GROUP_KIND.kind, "name": wl["metadata"]["name"]}  # owned by its pods, controlled by none
         kind = self.kinds_by_kind.get(ref.get("kind", ""))
         if kind is None:
             return None
@@ -381,7 +408,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
         meta = job["metadata"]
         st = JobState(key=kind.key(meta["namespace"], meta["name"]), namespace=meta["namespace"], name=meta["name"],
                       uid=meta["uid"],
-                      wl_name=wl["metadata"]["name"] if wl is not None else kind.integration.workload_name(job),
+                      wl_name=wl["metadata"]["name"] if wl is not None else kind.workload_name(job),
                       created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
                       queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
                       generation=kind.generation(job), kind=kind)

@@ -26,6 +26,7 @@ from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.managed_kinds import PodOwners, pod_set_infos
+from gpuqueue.extender.controller.pod_groups import PodGroupKind
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
@@ -113,7 +114,7 @@ class JobSteering:
 
     # -- reads and read-modify-writes -------------------------------------------------------------------------
     def job(self, st: JobState) -> dict | None:
-        return self.informers[st.kind.kind.name].get(f"{st.namespace}/{st.name}")
+        return st.kind.cached(self.informers).get(f"{st.namespace}/{st.name}")
 
     async def _update(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
         """`change` returns a new object (an adapter's edit) and leaves the one it is given as it was."""
@@ -122,6 +123,8 @@ class JobSteering:
                 return None
             return change(job)
 
+        if isinstance(st.kind, PodGroupKind):
+            return await self._update_group(st, change)
         cached = None if st.kind.deletes_to_stop else self.job(st)  # a pod's cached copy is trimmed
         try:
             return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, cached, checked,
@@ -130,6 +133,27 @@ class JobSteering:
             if is_status(exc, 404):
                 return None
             raise
+
+    async def _update_group(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
+        """A group's edit is judged on its cached pods, then written to each pod from a live read
+        (run: each ungated with its role's flavor)."""
+        group = self.job(st)
+        new = change(group) if group is not None and group["metadata"].get("uid") == st.uid else None
+        if new is None:
+            return None
+        wrote = None
+        for pod in st.kind.counted(group):
+            uid = pod["metadata"]["uid"]
+
+            def edit(live: dict, uid=uid) -> dict | None:
+                return st.kind.run_pod(live, new["infos"]) if live["metadata"].get("uid") == uid else None
+            try:
+                wrote = await read_modify_write(self.kube, K.PODS, st.namespace, pod["metadata"]["name"], None,
+                                                edit) or wrote
+            except Exception as exc:
+                if not is_status(exc, 404):
+                    raise
+        return wrote
 
     # -- running ----------------------------------------------------------------------------------------------
     def flavors(self, admission: Admission) -> dict[str, PodSetInfo]:
@@ -141,7 +165,7 @@ class JobSteering:
     async def unsuspend(self, st: JobState, admission: Admission, flavors: dict[str, PodSetInfo], resumed: bool,
                         only_suspended: bool = False) -> None:
         def change(job: dict) -> dict | None:
-            if only_suspended and not st.kind.suspended(job):
+            if only_suspended and not st.kind.held(job):
                 return None
             if not self.fits(st, job, admission):
                 return None  # changed since it was admitted: the Job's own event evicts it
@@ -264,10 +288,14 @@ class JobSteering:
         if not st.kind.deletes_to_stop:
             return await self._update(st, lambda job: None if unless() else st.kind.suspend(job))
         live = self.job(st)
-        if unless() or live is None or live["metadata"].get("uid") != st.uid or live["metadata"].get(
-                "deletionTimestamp"):
+        if unless() or live is None or live["metadata"].get("uid") != st.uid:
             return None
-        return await self.kube.delete(st.kind.kind, st.namespace, st.name, uid=st.uid)
+        deleted = None
+        for pod in st.kind.members(live):
+            if not pod["metadata"].get("deletionTimestamp"):
+                deleted = await self.kube.delete(K.PODS, st.namespace, pod["metadata"]["name"],
+                                                 uid=pod["metadata"]["uid"]) or deleted
+        return deleted
 
     async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False,
                            fenced: Callable[[], bool] = lambda: True) -> None:

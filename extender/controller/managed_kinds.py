@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import hashlib
+
 import orjson
 from pydantic import ValidationError
 
@@ -46,12 +48,37 @@ class ManagedKind:
     # A pod cannot be suspended: stopping one deletes it (Kueue's pod integration), and its cached
     # copy is trimmed (cached_fields.py), so it is written from a live read only.
     deletes_to_stop = False
+    workload_annotations: dict[str, str] = {}  # on its Workload (a pod group's: Kueue's is-group-workload)
 
     def __init__(self, integration: Integration) -> None:
         self.integration = integration
         self.lookup: Lookup | None = None  # what its pod sets are read from besides itself (a TrainJob's runtime)
         self.kind = K.JOBS if integration.framework == "batch/job" else kind_of(integration)
         self._templates: dict[bytes, core.PodTemplateSpec] = {}
+
+    def cached(self, informers: dict[str, "Informer"]):
+        """Where its objects are cached (get by `namespace/name`, list): its informer."""
+        return informers[self.kind.name]
+
+    def workload_name(self, obj: dict) -> str:
+        return self.integration.workload_name(obj)
+
+    def owner_references(self, obj: dict) -> list[dict]:
+        """Its Workload's ownerReferences: the object, as its controller."""
+        meta = obj["metadata"]
+        return [{"apiVersion": self.kind.api_version, "kind": self.kind.kind, "name": meta["name"],
+                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]
+
+    def priority_class_name(self, obj: dict) -> str | None:
+        return self.integration.priority_class_name(obj, self.lookup)
+
+    def members(self, obj: dict) -> list[dict]:
+        """The pods it stops by deleting them (deletes_to_stop): a pod is its own."""
+        return [obj]
+
+    def releasable(self, obj: dict) -> list[dict]:
+        """Its pods whose Kueue finalizer may go (the pod integration's)."""
+        return []
 
     def key(self, namespace: str, name: str) -> str:
         """The engine's key of one of its objects: `namespace/name` for a Job (as always), with the
@@ -108,7 +135,7 @@ class ManagedKind:
         priority, the global default."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
         pod_priority = next((m.spec.priority for _, m in self._models(obj) if m.spec.priority is not None), None)
-        return priorities.priority_for(labels, self.integration.priority_class_name(obj, self.lookup), pod_priority)
+        return priorities.priority_for(labels, self.priority_class_name(obj), pod_priority)
 
     def queued(self, obj: dict) -> bool:
         """Whether the kind queues this object at all (besides Kueue's rule, is_managed)."""
@@ -138,6 +165,10 @@ class ManagedKind:
 
     def stopped(self, obj: dict) -> bool:
         return self.integration.stopped(obj)
+
+    def held(self, obj: dict) -> bool:
+        """Something of it waits to be run by its admission (run would change it)."""
+        return self.suspended(obj)
 
     def finished(self, obj: dict) -> str | None:
         """'Complete' or 'Failed' once it is done, else None."""
@@ -171,13 +202,31 @@ class PodKind(ManagedKind):
     def restore(self, obj: dict) -> dict | None:
         return None
 
+    def releasable(self, obj: dict) -> list[dict]:  # type: ignore[override]
+        return [obj] if self.finished_with(obj) else []
+
     @staticmethod
-    def releasable(pod: dict) -> bool:
+    def finished_with(pod: dict) -> bool:
         """Kueue's finalizer may go: the pod holds nothing any more (terminated, or deleted while
         still gated) and its end has been seen."""
         meta = pod.get("metadata") or {}
         return pods.MANAGED_LABEL in (meta.get("finalizers") or ()) and (
             pods.is_terminated(pod) or (bool(meta.get("deletionTimestamp")) and pods.is_gated(pod)))
+
+
+def group_key(pod: dict) -> str | None:
+    """`namespace/group name` of a queued pod of a group (the webhook's managed label), else None."""
+    meta = pod.get("metadata") or {}
+    name = pods.group_name(pod)
+    if not name or (meta.get("labels") or {}).get(pods.MANAGED_LABEL) != "true":
+        return None
+    return f"{meta.get('namespace') or ''}/{name}"
+
+
+def group_uid(namespace: str, name: str) -> str:
+    """A pod group's stand-in for a UID (its pods are indexed under it, its Workload's job-uid
+    label names it): stable for a name, valid as a label value."""
+    return "pod-group-" + hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:40]
 
 
 def without_finalizer(pod: dict) -> dict | None:
@@ -227,6 +276,9 @@ class PodOwners:
         meta = pod.get("metadata") or {}
         ns = meta.get("namespace") or ""
         own = {meta["uid"]} if meta.get("uid") else set()  # a plain pod is its own Workload's owner
+        group = group_key(pod)
+        if group is not None:
+            own.add(group_uid(*group.split("/", 1)))  # a group's pods: its Workload's
         ref = controller_ref(pod)
         if ref is None:
             labels = meta.get("labels") or {}
@@ -282,9 +334,9 @@ def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
     managed, skipped = [], []
     for integration in config.integrations():
         if integration.framework == "pod":
-            managed.append(PodKind(integration))
-        elif integration.framework == "deployment":
-            pass  # its pods are queued by the pod integration, each a Workload of its own, as in Kueue
+            managed.append(PodKind(integration))  # (its groups: pod_groups.with_groups)
+        elif integration.framework in ("deployment", "statefulset"):
+            pass  # its pods are queued by the pod integration (each its own Workload; a StatefulSet's a group)
         elif integration.hold != SUSPEND:
             skipped.append(integration.framework)
         else:

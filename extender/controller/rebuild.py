@@ -14,7 +14,6 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.departures import spec_from_admission
 from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.job_state import JobState
-from gpuqueue.extender.controller.managed_kinds import PodKind
 from gpuqueue.kube import object_key
 from gpuqueue.extender.quota.engine import QuotaEngine
 
@@ -32,7 +31,7 @@ class RebuildFromApi:
         self.engine = engine
         self.jobs.clear()
         self.quota_objects.load(engine, self.informers)
-        jobs = sorted(((job, kind) for kind in self.kinds for job in self.informers[kind.kind.name].list()),
+        jobs = sorted(((job, kind) for kind in self.kinds for job in kind.cached(self.informers).list()),
                       key=lambda jk: (jk[0]["metadata"].get("creationTimestamp", ""), object_key(jk[0]),
                                       jk[1].kind.kind))
         tracked = set()
@@ -41,8 +40,8 @@ class RebuildFromApi:
             if self.is_managed(job, wl, kind):
                 st = self._rebuild(job, wl, kind)
                 tracked.add(f"{st.namespace}/{st.wl_name}")
-            if kind.deletes_to_stop and PodKind.releasable(job):  # a pod that ended while no one led
-                self._release_pod(kind.key(job["metadata"]["namespace"], job["metadata"]["name"]), job)
+            for pod in kind.releasable(job):  # a pod that ended while no one led
+                self._release_pod(kind.key(job["metadata"]["namespace"], job["metadata"]["name"]), pod)
         live = {st.uid: st for st in self.jobs.values()}
         for wl in self.informers["workloads"].list():
             if not W.holds_reservation(wl) or object_key(wl) in tracked:

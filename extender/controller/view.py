@@ -23,7 +23,9 @@ from gpuqueue.extender.scheduler.ownership import count_key
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
                                               Violation, WorkloadEntry)
 from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
+from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.jobframework.registry import BY_KIND
+from gpuqueue.api.kueue import JOB_UID_LABEL
 
 if TYPE_CHECKING:
     from gpuqueue.extender.controller.controller import Controller
@@ -40,6 +42,16 @@ def _controller_uid(meta: Mapping) -> str | None:
     return None
 
 
+def group_members(meta: Mapping) -> frozenset[str]:
+    """A pod group's Workload (Kueue's is-group-workload annotation): the uids of its pods, each an
+    owner of it and none its controller."""
+    if (meta.get("annotations") or {}).get(IS_GROUP_WORKLOAD) != "true":
+        return frozenset()
+    return frozenset(ref["uid"] for ref in meta.get("ownerReferences") or ()
+                     if isinstance(ref, Mapping) and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1"
+                     and not ref.get("controller") and isinstance(ref.get("uid"), str) and ref["uid"])
+
+
 def flavor_selector(names: Iterable[str], flavors: Mapping[str, dict]) -> FlavorSelector:
     """The admitted flavors' nodeLabels and tolerations merged, named by their joined names."""
     names = sorted(set(names))
@@ -53,19 +65,21 @@ def flavor_selector(names: Iterable[str], flavors: Mapping[str, dict]) -> Flavor
 
 
 def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | None:
-    """A Workload as its pods are judged against it (None: no controller owner, nothing's
-    Workload). ``flavors``: ResourceFlavor objects by name."""
+    """A Workload as its pods are judged against it (None: no controller owner and no pod group's
+    pods, nothing's Workload). ``flavors``: ResourceFlavor objects by name."""
     meta = wl.get("metadata") or {}
-    owner = _controller_uid(meta)
+    members = group_members(meta)
+    owner = _controller_uid(meta) or (((meta.get("labels") or {}).get(JOB_UID_LABEL) or "") if members else "")
     if not owner:
         return None
+    entry = functools.partial(WorkloadEntry, members=members)
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
     admission = (wl.get("status") or {}).get("admission")
     if W.is_true(wl, "Finished"):
-        return WorkloadEntry(namespace, name, owner, FINISHED)
+        return entry(namespace, name, owner, FINISHED)
     if not admission or not W.is_true(wl, "QuotaReserved"):
         message = (W.condition(wl, "QuotaReserved") or {}).get("message") or ""
-        return WorkloadEntry(namespace, name, owner, PENDING, message)
+        return entry(namespace, name, owner, PENDING, message)
     evicted = W.is_true(wl, "Evicted")
     message = ((W.condition(wl, "Evicted") or {}).get("message") or "") if evicted else ""
     try:
@@ -86,8 +100,8 @@ def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | Non
     except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
         # Fail closed: pods of a Workload whose admission cannot be read get no node.
         log.warning("workload %s/%s: admission not readable: %s", namespace, name, exc)
-        return WorkloadEntry(namespace, name, owner, PENDING, f"gpuqueue cannot read the Workload's admission: {exc}")
-    return WorkloadEntry(namespace, name, owner, EVICTED if evicted else ADMITTED, message, flavor, pod_sets)
+        return entry(namespace, name, owner, PENDING, f"gpuqueue cannot read the Workload's admission: {exc}")
+    return entry(namespace, name, owner, EVICTED if evicted else ADMITTED, message, flavor, pod_sets)
 
 
 def covered_resources(cluster_queues: Iterable[dict]) -> frozenset[str]:

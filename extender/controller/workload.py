@@ -122,11 +122,11 @@ def build_workload(job: dict, priority: int, priority_class: dict | None, queue_
         "apiVersion": WORKLOAD_API_VERSION,
         "kind": "Workload",
         "metadata": {
-            "name": name or kind.integration.workload_name(job),
+            "name": name or kind.workload_name(job),
             "namespace": meta["namespace"],
             "labels": {JOB_UID_LABEL: meta["uid"]},
-            "ownerReferences": [{"apiVersion": kind.kind.api_version, "kind": kind.kind.kind, "name": meta["name"],
-                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": kind.owner_references(job),
+            **({"annotations": kind.workload_annotations} if kind.workload_annotations else {}),
         },
         "spec": spec,
     }
@@ -140,7 +140,7 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     wpc = labels.get(PRIORITY_CLASS_LABEL)
     if wpc and wpc in workload_classes:
         return {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}
-    pc = kind.integration.priority_class_name(job, kind.lookup)
+    pc = kind.priority_class_name(job)
     if pc and pc in pod_classes:
         return {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc}
     return None

@@ -78,6 +78,38 @@ class WorkloadRecordKeeping:
 
         self.writes.chain(st.key, write)
 
+    def add_owners(self, st: JobState) -> None:
+        """The pods a pod group counts now that do not own its Workload yet (joined after it was
+        made) are added to its ownerReferences, as Kueue does: the extender finds a pod's
+        Workload through them."""
+        async def write():
+            job = self.jobs.job(st)
+            if job is None or job["metadata"].get("uid") != st.uid or self.sched.jobs.get(st.key) is not st:
+                return
+            refs = st.kind.owner_references(job)
+            added = []
+
+            def change(wl: dict) -> dict | None:
+                have = {r.get("uid") for r in wl["metadata"].get("ownerReferences") or ()}
+                added[:] = [r for r in refs if r["uid"] not in have]
+                if not added:
+                    return None
+                wl["metadata"] = {**wl["metadata"],
+                                  "ownerReferences": [*(wl["metadata"].get("ownerReferences") or ()), *added]}
+                return wl
+
+            try:
+                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
+                                                  self.workloads.get(st), change)
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return
+                raise
+            if updated is not None:
+                self.events.event(st, "OwnerReferencesAdded", f"Added {len(added)} owner reference(s)")
+
+        self.writes.chain(st.key, write)
+
     def reservation_of(self, st: JobState) -> Admission | None | object:
         """The reservation the API should show for the Job: the engine's admission (an evicted
         Job's until its pods are gone), None, or UNSETTLED while a write of ours that changes it

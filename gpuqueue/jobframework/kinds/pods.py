@@ -111,7 +111,7 @@ def pod_role(pod: Mapping[str, Any]) -> str:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(ROLE_HASH) or role_hash(pod.get("spec") or {})
 
 
-def _runnable_or_succeeded(pod: Mapping[str, Any]) -> bool:
+def runnable_or_succeeded(pod: Mapping[str, Any]) -> bool:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if meta.get("deletionTimestamp") and not spec.get("nodeName"):
         return False
@@ -122,7 +122,7 @@ def group_pod_sets(pods: Iterable[Mapping[str, Any]]) -> list[PodSet]:
     """A pod group's pod sets: one per role, counting its runnable (or succeeded) pods."""
     by_role: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for pod in pods:
-        if not _runnable_or_succeeded(pod):
+        if not runnable_or_succeeded(pod):
             continue
         role = pod_role(pod)
         count, template = by_role.get(role, (0, {"spec": json_copy(pod.get("spec") or {})}))
