@@ -96,6 +96,8 @@ API_ACCESS: tuple[ApiAccess, ...] = (
       for group, plural, kind in QUEUED_KINDS),
     *(_a("extender", group, f"{plural}/finalizers", "update", f"create Workloads owned by a {kind} with blockOwnerDeletion")
       for group, plural, kind in QUEUED_KINDS),
+    _a("extender", "leaderworkerset.x-k8s.io", "leaderworkersets", LIST_WATCH, "a LeaderWorkerSet's groups are queued through their pods: its size, templates and uid name and own each group's Workload"),
+    _a("extender", "leaderworkerset.x-k8s.io", "leaderworkersets/finalizers", "update", "create Workloads owned by a LeaderWorkerSet with blockOwnerDeletion"),
     _a("extender", "trainer.kubeflow.org", "clustertrainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
     _a("extender", "trainer.kubeflow.org", "trainingruntimes", LIST_WATCH, "a TrainJob's pod sets come from its runtime"),
     _a("extender", KUEUE, "workloads", LIST_WATCH + " get create patch delete", "one Workload per managed Job; its pod sets and queue updated when its pending Job changes (Kueue's updateWorkloadToMatchJob); deleted with its Job at once, before the garbage collector"),

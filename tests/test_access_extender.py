@@ -26,7 +26,7 @@ from tests.standin import ApiServer
 from tests.standin import resources as R
 from gpuqueue.jobframework.registry import INTEGRATIONS
 from tests import (controller_support, test_controller_behaviour, test_controller_flame, test_controller_flame_kinds,
-                   test_controller_hostile, test_controller_kinds, test_controller_pods)
+                   test_controller_hostile, test_controller_kinds, test_controller_lws, test_controller_pods)
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
@@ -203,6 +203,7 @@ REUSED = [
     test_controller_hostile.test_restart_counts_a_reservation_whose_job_is_gone_until_its_pods_are,
     test_controller_flame_kinds.test_flame_with_pytorchjob_borrowers_and_jobset_reclaimers,
     test_controller_pods.test_a_plain_pods_whole_life_through_the_controller,  # pods ungated, deleted, finalizers
+    test_controller_lws.test_a_leaderworkersets_group_through_the_controller,  # LWS watched, owns its Workloads
 ]
 
 
@@ -240,7 +241,7 @@ def recorded() -> Recording:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RecordingHarness, "recording", recording, raising=False)
         for module in (test_controller_behaviour, test_controller_flame, test_controller_hostile, controller_support,
-                       test_controller_kinds, test_controller_flame_kinds, test_controller_pods):
+                       test_controller_kinds, test_controller_flame_kinds, test_controller_pods, test_controller_lws):
             mp.setattr(module, "Harness", RecordingHarness)
 
         async def run_all() -> None:

@@ -68,6 +68,13 @@ class GroupLife:
         await eventually(lambda: self.h.running("team-a", "urgent"), what="the preemptor admitted")
 
 
+async def no_violation(h: Harness, ctl) -> None:
+    """No quota violation at any write, every pod beyond its reservation gone, nothing refused."""
+    assert h.observer.violations == []
+    await h.pods.held()
+    assert ctl.job_steering.refused == []
+
+
 async def test_a_pod_groups_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
         for obj in quota_objects(4):
@@ -113,9 +120,7 @@ async def test_a_pod_groups_whole_life_through_the_controller():
         await eventually(lambda: all(pods.MANAGED_LABEL not in (p["metadata"].get("finalizers") or ())
                                      for p in evals.pods()), what="Kueue's finalizers removed")
 
-        assert h.observer.violations == []
-        await h.pods.held()
-        assert ctl.job_steering.refused == []
+        await no_violation(h, ctl)
 
 
 def statefulset_pod(sts: dict, i: int) -> dict:
@@ -179,9 +184,7 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
         await h.kube.delete(K.JOBS, "team-a", "urgent")
         await eventually(shard.all_ungated, what="running again once the quota is free")
 
-        assert h.observer.violations == []
-        await h.pods.held()
-        assert ctl.job_steering.refused == []
+        await no_violation(h, ctl)
 
 
 async def test_an_admitted_group_is_kept_across_a_controller_restart():

@@ -37,6 +37,7 @@ from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import GROUP_KIND, PodGroupKind, with_groups
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
@@ -65,7 +66,8 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.metrics = metrics or Metrics()
         self.informers: dict[str, Informer] = {}
         # the kinds it queues (integrations.frameworks), the owners on their pods' chains, runtimes
-        enabled = with_groups(managed_kinds(self.options.integrations))
+        enabled = with_lws_groups(with_groups(managed_kinds(self.options.integrations)),
+                                  self.options.integrations.frameworks)
         for framework in enabled.skipped:
             log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
                      "admitted (their GPU pods are refused a node)", framework)
@@ -261,6 +263,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
             if isinstance(kind, PodGroupKind):
                 on("pods", functools.partial(self._on_group_pod, kind=kind, gone=False),
                    functools.partial(self._on_group_pod, kind=kind, gone=True))
+                if isinstance(kind, LwsGroupKind):
+                    kind.bind(self.informers)
+                    on(LWS_KIND.name, functools.partial(self._on_lws, kind=kind), lambda lws: None)
             else:
                 on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
         self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
@@ -324,10 +329,19 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self._steer(st, job)
         self.job_steering.poke(st.uid)
 
+    def _on_lws(self, lws: dict, kind: LwsGroupKind) -> None:
+        """A LeaderWorkerSet seen or changed: its groups are judged again (its pods may have come first)."""
+        meta = lws["metadata"]
+        prefix = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}-"
+        self._on_groups({g.key for g in kind.groups.groups()
+                         if g.key.startswith(prefix) and g.key[len(prefix):].isdigit()}, kind)
+
     def _on_group_pod(self, pod: dict, kind: PodGroupKind, gone: bool) -> None:
         """A pod of a group changed: its group is judged again as a whole (a group has no object
         of its own); a group whose pods are all gone departs as a deleted object does."""
-        changed = kind.groups.on_pod_delete(pod) if gone else kind.groups.on_pod(pod)
+        self._on_groups(kind.groups.on_pod_delete(pod) if gone else kind.groups.on_pod(pod), kind)
+
+    def _on_groups(self, changed: set[str], kind: PodGroupKind) -> None:
         if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
             return
         for key in changed:
@@ -399,6 +413,12 @@ class Controller(RebuildFromApi, WorkloadEvents):
         if ((wl["metadata"].get("annotations") or {}).get(IS_GROUP_WORKLOAD) == "true" and not ref
                 and GROUP_KIND.kind in self.kinds_by_kind):
             ref = {"kind": GROUP_KIND.kind, "name": wl["metadata"]["name"]}  # owned by its pods, controlled by none
+        lws_groups = self.kinds_by_kind.get(LWS_GROUP_KIND.kind)
+        if ref.get("kind") == LWS_KIND.kind and isinstance(lws_groups, LwsGroupKind):
+            # controlled by its LeaderWorkerSet, one of its groups': the group it was named for
+            namespace = wl["metadata"].get("namespace") or ""
+            name = lws_groups.record_name(namespace, wl["metadata"]["name"])
+            return self.jobs.get(lws_groups.key(namespace, name)) if name else None
         kind = self.kinds_by_kind.get(ref.get("kind", ""))
         if kind is None:
             return None

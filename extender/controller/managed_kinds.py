@@ -180,8 +180,8 @@ class PodKind(ManagedKind):
     """A plain pod of the pod integration (Kueue's pod controller): one Workload `pod-<name>-<hash>`
     controlled by the pod, pod set `main` of 1; held by its scheduling gate, run by removing the gate
     with the admitted flavor's nodeSelector and tolerations (pods.ungated); stopped by deleting it;
-    nothing to restore. Only a pod the webhook gated (the managed label) is queued; a pod group is
-    not queued here (yet)."""
+    nothing to restore. Only a pod the webhook gated (the managed label) is queued; a pod of a
+    group (pod_groups.py) is not queued here."""
 
     deletes_to_stop = True
 
@@ -191,7 +191,7 @@ class PodKind(ManagedKind):
 
     def queued(self, obj: dict) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        return labels.get(pods.MANAGED_LABEL) == "true" and pods.group_name(obj) is None
+        return labels.get(pods.MANAGED_LABEL) == "true" and group_key(obj) is None and pods.group_name(obj) is None
 
     def run(self, obj: dict, infos: dict[str, PodSetInfo]) -> dict | None:
         return pods.ungated(obj, infos.get(pods.MAIN))
@@ -214,13 +214,29 @@ class PodKind(ManagedKind):
             pods.is_terminated(pod) or (bool(meta.get("deletionTimestamp")) and pods.is_gated(pod)))
 
 
-def group_key(pod: dict) -> str | None:
-    """`namespace/group name` of a queued pod of a group (the webhook's managed label), else None."""
+def plain_group_key(pod: dict) -> str | None:
+    """`namespace/group name` of a queued pod of a plain group (the webhook's managed label, the
+    group name label, not a LeaderWorkerSet's), else None."""
     meta = pod.get("metadata") or {}
     name = pods.group_name(pod)
-    if not name or (meta.get("labels") or {}).get(pods.MANAGED_LABEL) != "true":
+    if not name or (meta.get("labels") or {}).get(pods.MANAGED_LABEL) != "true" or pods.lws_group(pod):
         return None
     return f"{meta.get('namespace') or ''}/{name}"
+
+
+def lws_group_key(pod: dict) -> str | None:
+    """`namespace/<LeaderWorkerSet name>-<group index>` of a queued pod of a LeaderWorkerSet's
+    group (the group index is digits: no two groups share a key), else None."""
+    meta = pod.get("metadata") or {}
+    group = pods.lws_group(pod)
+    if group is None or (meta.get("labels") or {}).get(pods.MANAGED_LABEL) != "true":
+        return None
+    return f"{meta.get('namespace') or ''}/{group[0]}-{group[1]}"
+
+
+def group_key(pod: dict) -> str | None:
+    """The key of the group a queued pod belongs to (a plain group's or a LeaderWorkerSet's), else None."""
+    return lws_group_key(pod) or plain_group_key(pod)
 
 
 def group_uid(namespace: str, name: str) -> str:
@@ -335,8 +351,9 @@ def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
     for integration in config.integrations():
         if integration.framework == "pod":
             managed.append(PodKind(integration))  # (its groups: pod_groups.with_groups)
-        elif integration.framework in ("deployment", "statefulset"):
-            pass  # its pods are queued by the pod integration (each its own Workload; a StatefulSet's a group)
+        elif integration.framework in ("deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset"):
+            pass  # its pods are queued by the pod integration (each its own Workload; a StatefulSet's, a
+            # LeaderWorkerSet's groups: pod_groups.with_groups, lws_groups.with_lws_groups)
         elif integration.hold != SUSPEND:
             skipped.append(integration.framework)
         else:

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.managed_kinds import EnabledKinds, ManagedKind, PodKind, group_key, group_uid
+from gpuqueue.extender.controller.managed_kinds import (EnabledKinds, ManagedKind, PodKind, group_key, group_uid,
+                                                          plain_group_key)
 from gpuqueue.jobframework.integration import Finished, Integration
 from gpuqueue.jobframework.kinds import pods as P
 from gpuqueue.jobframework.managed import job_queue_name
@@ -112,9 +113,10 @@ class PodGroup:
 
 
 class PodGroups:
-    """The queued pods of groups, by group, from the pods' watch events."""
+    """The queued pods of groups, by group (`key_of` a pod), from the pods' watch events."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_of=plain_group_key) -> None:
+        self.key_of = key_of
         self._pods: dict[str, dict[str, dict]] = {}  # group key -> pod key -> pod
         self._group_of: dict[str, str] = {}  # pod key -> group key
 
@@ -123,7 +125,7 @@ class PodGroups:
         take a deleted one's name)."""
         key = object_key(pod)
         changed = self._drop(key)
-        group = group_key(pod)
+        group = self.key_of(pod)
         if group is not None:
             self._pods.setdefault(group, {})[key] = pod
             self._group_of[key] = group

@@ -46,6 +46,7 @@ MAIN = "main"
 LEADER, WORKER = "leader", "worker"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the group's leader
 
 
 # -- one pod -------------------------------------------------------------------------------------------
@@ -105,6 +106,23 @@ def group_total_count(pod: Mapping[str, Any]) -> int:
     if count < 1:
         raise ValueError(f"{where}: group total count should be greater than zero, got {raw!r}")
     return count
+
+
+def lws_group(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(LeaderWorkerSet name, group index) of a pod the LWS controller made, from its labels."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    name, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    if isinstance(name, str) and name and isinstance(index, str) and index.isdigit():
+        return name, index
+    return None
+
+
+def lws_role(pod: Mapping[str, Any], has_leader: bool) -> str:
+    """Its pod set in its group's Workload: `leader` (worker index 0) or `worker`; `main` without a
+    leader template."""
+    if not has_leader:
+        return MAIN
+    return LEADER if ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "0" else WORKER
 
 
 def pod_role(pod: Mapping[str, Any]) -> str:
@@ -173,7 +191,7 @@ class Pod(Integration):
 
 def pod_set_of_pod(pod: PodFacts) -> str | None:
     """A queued pod's pod set: ``main`` alone, its role in a group."""
-    if pod.labels.get(GROUP_NAME_LABEL):
+    if pod.labels.get(GROUP_NAME_LABEL) or pod.labels.get(LWS_NAME_LABEL):
         return pod.annotations.get(ROLE_HASH) or None
     return MAIN
 
@@ -264,9 +282,17 @@ class LeaderWorkerSet(PodTemplateOwner):
 
     def workload_names(self, obj) -> list[str]:
         """One per replica (group of pods)."""
+        return [self.group_workload_name(obj, str(i)) for i in range(self.replicas(obj))]
+
+    def group_workload_name(self, obj, index: str) -> str:
         meta = obj.get("metadata") or {}
-        return [workload_name(self.kind, self.group, f"{meta.get('name') or ''}-{i}", meta.get("uid") or "")
-                for i in range(self.replicas(obj))]
+        return workload_name(self.kind, self.group, f"{meta.get('name') or ''}-{index}", meta.get("uid") or "")
+
+    def size(self, obj) -> int:
+        return count_of(get_path(obj, ("spec", "leaderWorkerTemplate")).get("size"), "spec.leaderWorkerTemplate.size")
+
+    def has_leader(self, obj) -> bool:
+        return get_path(obj, ("spec", "leaderWorkerTemplate")).get("leaderTemplate") is not None
 
     def workload_name(self, obj):
         raise ValueError("a LeaderWorkerSet has one Workload per replica: see workload_names")
