@@ -68,9 +68,6 @@ class Controller(RebuildFromApi, WorkloadEvents):
         # the kinds it queues (integrations.frameworks), the owners on their pods' chains, runtimes
         enabled = with_lws_groups(with_groups(managed_kinds(self.options.integrations)),
                                   self.options.integrations.frameworks)
-        for framework in enabled.skipped:
-            log.info("integration %s is enabled but not queued by the controller yet: its workloads are not "
-                     "admitted (their GPU pods are refused a node)", framework)
         self.kinds = enabled.managed
         self.kinds_by_kind = {k.kind.kind: k for k in self.kinds}
         self.needs = enabled.needs

@@ -334,7 +334,6 @@ class EnabledKinds:
 
     managed: list[ManagedKind]  # the kinds it queues
     needs: dict[str, list[K.Kind]]  # by framework: the other kinds it reads (owners on its pods' chains, runtimes)
-    skipped: list[str]  # enabled frameworks it does not queue: the kinds whose pods form groups (not yet)
 
     @property
     def watched(self) -> list[K.Kind]:
@@ -347,21 +346,19 @@ class EnabledKinds:
 
 
 def managed_kinds(config: IntegrationsConfig) -> EnabledKinds:
-    managed, skipped = [], []
+    managed = []
     for integration in config.integrations():
         if integration.framework == "pod":
             managed.append(PodKind(integration))  # (its groups: pod_groups.with_groups)
-        elif integration.framework in ("deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset"):
-            pass  # its pods are queued by the pod integration (each its own Workload; a StatefulSet's, a
-            # LeaderWorkerSet's groups: pod_groups.with_groups, lws_groups.with_lws_groups)
-        elif integration.hold != SUSPEND:
-            skipped.append(integration.framework)
-        else:
+        elif integration.hold == SUSPEND:
             managed.append(BATCH_JOB if integration.framework == "batch/job" else ManagedKind(integration))
+        # else a kind whose pods are queued by the pod integration: each its own Workload (a
+        # Deployment's), or a group (a StatefulSet's, a LeaderWorkerSet's: pod_groups.with_groups,
+        # lws_groups.with_lws_groups)
     needs = {m.integration.framework: [kind_of(registry.BY_FRAMEWORK[f])
                                        for f in CHAIN_FRAMEWORKS.get(m.integration.framework, ())]
              + list(RUNTIMES.get(m.integration.framework, ())) for m in managed}
-    return EnabledKinds(managed, needs, skipped)
+    return EnabledKinds(managed, needs)
 
 
 def informer_lookup(informers: dict[str, "Informer"], kinds: tuple[K.Kind, ...]):
