@@ -193,7 +193,12 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
                                          "status")
                 await finish(h.kube, {**life.obj(), "kind": sample.kind}, sample.finished_status)
                 await eventually(lambda: W.is_true(life.workload(), "Finished"), what="Workload Finished")
-                assert W.condition(life.workload(), "Finished")["reason"] == "Succeeded"
+                finished = W.condition(life.workload(), "Finished")
+                # Kueue's job reconciler: reason Succeeded, the message the kind's own controller gave
+                assert (finished["reason"], finished["message"]) == ("Succeeded", _own_message(sample.finished_status))
+                await eventually(lambda: ("FinishedWorkload", f"Workload 'team-a/{life.workload()['metadata']['name']}' "
+                                          "is declared finished") in _events_on(h, sample.kind, life.name),
+                                 what="the FinishedWorkload Event on it")
             else:  # a RayCluster serves until deleted: its Workload goes with it
                 await h.kube.delete(life.kind, "team-a", life.name)
                 await eventually(lambda: life.workload() is None, timeout=10, what="Workload deleted")
@@ -205,6 +210,20 @@ async def test_a_whole_life_through_the_controller(sample: Sample):
         assert h.observer.violations == []
         await h.pods.held()
         assert ctl.job_steering.refused == []
+
+
+def _own_message(status: dict) -> str:
+    """What a finished status says of how it ended: its True condition's message (a Pod's, a
+    RayJob's: status.message)."""
+    for c in status.get("conditions") or ():
+        if c.get("status") == "True":
+            return c.get("message", "")
+    return status.get("message", "")
+
+
+def _events_on(h: Harness, kind: str, name: str) -> list[tuple[str, str]]:
+    return [(e["reason"], e["message"]) for e in h.api.cluster.store.kind("events").values()
+            if e["involvedObject"].get("kind") == kind and e["involvedObject"].get("name") == name]
 
 
 async def test_a_kind_whose_crd_is_not_installed_is_skipped_with_one_log_line(caplog):

@@ -40,6 +40,7 @@ from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import GROUP_KIND, PodGroupKind, with_groups
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
+from gpuqueue.jobframework.integration import Finished
 from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
@@ -318,9 +319,9 @@ class Controller(RebuildFromApi, WorkloadEvents):
             return
         if st.phase == "finished":
             return
-        how = kind.finished(job)
-        if how:
-            self._finish(st, how)
+        done = kind.finished(job)
+        if done:
+            self._finish(st, done)
             return
         self.following.follow(st, job)
         self._steer(st, job)
@@ -471,7 +472,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.workload_writes.update_spec(st)
         self.mark_dirty()
 
-    def _finish(self, st: JobState, how: str) -> None:
+    def _finish(self, st: JobState, done: Finished) -> None:
         cq = None
         if self.engine is not None:
             w = self.engine.finish(st.key)
@@ -479,7 +480,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             if admission is not None and st.phase == "admitted":
                 cq = admission.cluster_queue
         st.phase = "finished"
-        self.workload_writes.finish_workload(st, how, cq)
+        self.workload_writes.finish_workload(st, done, cq)
         self.mark_dirty()
 
     def _forget(self, st: JobState) -> None:

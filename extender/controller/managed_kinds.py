@@ -23,7 +23,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
 from gpuqueue.jobframework import registry
-from gpuqueue.jobframework.integration import SUSPEND, Integration, Lookup, TemplatedJob, dotted
+from gpuqueue.jobframework.integration import SUSPEND, Finished, Integration, Lookup, TemplatedJob, dotted
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.kinds.trainjob import CLUSTER_RUNTIME, NAMESPACED_RUNTIME
 from gpuqueue.jobframework.managed import job_queue_name
@@ -170,10 +170,9 @@ class ManagedKind:
         """Something of it waits to be run by its admission (run would change it)."""
         return self.suspended(obj)
 
-    def finished(self, obj: dict) -> str | None:
-        """'Complete' or 'Failed' once it is done, else None."""
-        done = self.integration.finished(obj)
-        return None if done is None else ("Complete" if done.succeeded else "Failed")
+    def finished(self, obj: dict) -> Finished | None:
+        """How it ended (with its own message, which Kueue puts in the Workload's Finished), else None."""
+        return self.integration.finished(obj)
 
 
 class PodKind(ManagedKind):

@@ -277,9 +277,8 @@ class PodGroupKind(ManagedKind):
     def stopped(self, obj: dict) -> bool:
         return self.suspended(obj)
 
-    def finished(self, obj: dict) -> str | None:
-        done = _group(obj).finished()
-        return None if done is None else ("Complete" if done.succeeded else "Failed")
+    def finished(self, obj: dict) -> Finished | None:
+        return _group(obj).finished()
 
 
 def with_groups(enabled: EnabledKinds) -> EnabledKinds:

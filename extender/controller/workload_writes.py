@@ -26,6 +26,7 @@ from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission
+from gpuqueue.jobframework.integration import Finished
 
 
 
@@ -331,23 +332,26 @@ class WorkloadWrites(WorkloadRecordKeeping):
             st.phase = "pending"
 
     # -- finished and deleted -----------------------------------------------------------------------------------
-    def finish_workload(self, st: JobState, how: str, cluster_queue: str | None = None) -> None:
-        """`cluster_queue`: where the engine had it admitted (None: not admitted there, or unknown -
-        the API may still show a reservation, so every admission waits for this write)."""
+    def finish_workload(self, st: JobState, done: Finished, cluster_queue: str | None = None) -> None:
+        """Finished=True, reason Succeeded or Failed, with the owner's own word on how it ended (its
+        terminal condition's message), and the owner's `FinishedWorkload` Event, as Kueue's job
+        reconciler writes them. `cluster_queue`: where the engine had it admitted (None: not admitted
+        there, or unknown - the API may still show a reservation, so every admission waits for this
+        write)."""
         rid = self.writes.release(cluster_queue)
 
         def change(wl: dict) -> dict | None:
             if W.is_true(wl, "Finished"):
                 return None
             status = wl.setdefault("status", {})
-            reason, message = ("Succeeded", "Job finished successfully") if how == "Complete" else (
-                "Failed", "Job failed")
-            status["conditions"] = W.set_condition(status.get("conditions") or [], "Finished", "True", reason,
-                                                   message, W.now_rfc3339(), wl["metadata"].get("generation"))
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "Finished", "True",
+                                                   "Succeeded" if done.succeeded else "Failed", done.message,
+                                                   W.now_rfc3339(), wl["metadata"].get("generation"))
             return wl
 
         async def write():
-            await self.workloads.update(st, change)
+            if await self.workloads.update(st, change) is not None:
+                self.events.event(st, "FinishedWorkload", f"Workload '{st.namespace}/{st.wl_name}' is declared finished")
 
         self.writes.chain(st.key, write, release=rid)
 
