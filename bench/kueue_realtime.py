@@ -235,7 +235,7 @@ def _serve(conn, profile: Path | None, cost_model: str | None = None, managed_fi
                 msg = await loop.run_in_executor(None, conn.recv)
                 if msg == "progress":
                     r = jobs.rec
-                    conn.send((len(r.created), len(r.admitted), len(r.completed)))
+                    conn.send((len(r.created), len(r.admitted), len(r.completed), len(r.wl_created)))
                 elif msg == "record":
                     jobs.rec.responses = {f"{m} {c}": n for (m, c), n in sorted(getattr(api, "responses", {}).items())}
                     gets: dict[str, int] = {}
@@ -304,7 +304,7 @@ def job_body(ns: str, c: WorkloadClass, n: int) -> dict:
                 {"name": "w", "image": "busybox", "resources": {"requests": {RES: str(c.request)}}}]}}}}
 
 
-def setup_objects(cfg: Config) -> list[tuple[str, dict]]:
+def setup_objects(cfg: Config, hold: bool = False) -> list[tuple[str, dict]]:
     objs: list[tuple[str, dict]] = [(f"{KUEUE}/resourceflavors", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}})]
     for c in cfg.classes:
@@ -317,6 +317,7 @@ def setup_objects(cfg: Config) -> list[tuple[str, dict]]:
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": ns},
             "spec": {"cohortName": "cohort-" + ns.split("-")[1], "namespaceSelector": {},
                      "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                     **({"stopPolicy": "Hold"} if hold else {}),
                      "resourceGroups": [{"coveredResources": [RES], "flavors": [{"name": "default", "resources": [
                          {"name": RES, "nominalQuota": cfg.nominal, "borrowingLimit": cfg.borrowing_limit}]}]}]}}))
         objs.append((f"{KUEUE}/namespaces/{ns}/localqueues", {
@@ -389,7 +390,10 @@ async def ask(conn, msg: str):
 
 
 async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None,
-              profile: Path | None, cost_model: str | None = None, managed_fields: bool = False) -> dict:
+              profile: Path | None, cost_model: str | None = None, managed_fields: bool = False,
+              hold: bool = False) -> dict:
+    """`hold`: every ClusterQueue `stopPolicy: Hold` - nothing is admitted, so the controller's only
+    work is each Job's Workload (and what it says while pending); the run ends when the last exists."""
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
@@ -412,7 +416,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
     try:
         conn = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=conn) as session:
-            for path, body in setup_objects(cfg):
+            for path, body in setup_objects(cfg, hold):
                 await post(session, url, path, body)
             await wait_ready(metrics_port, ctl)
             cpu0 = {"controller": cpu_seconds(ctl.pid), "stand-in": cpu_seconds(server.pid),
@@ -422,8 +426,8 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
             lags = await submit_all(session, url, cfg, took)
         deadline = start + timeout
         while True:
-            created, admitted, completed = await ask(parent, "progress")
-            if completed >= total:
+            created, admitted, completed, workloads = await ask(parent, "progress")
+            if (workloads if hold else completed) >= total:
                 break
             if time.monotonic() > deadline or ctl.poll() is not None:
                 raise TimeoutError(f"after {time.monotonic() - start:.0f} s: {created} created, {admitted} admitted, "
@@ -446,7 +450,7 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
         log_file.close()
         parent.send("stop")
         server.join(30)
-    out = summarize(cfg, rec, cpu, lags, passes)
+    out = summarize(cfg, rec, cpu, lags, passes, hold)
     took.sort()
     out.update(controller_rss=rss, create_took=(took[len(took) // 2], took[int(0.99 * (len(took) - 1))]))
     return out
@@ -467,9 +471,9 @@ async def scrape_passes(port: int) -> tuple[float, float] | None:
     return (found["count"], found["sum"]) if len(found) == 2 else None
 
 
-def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=None) -> dict:
+def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=None, hold: bool = False) -> dict:
     first = min(rec.created.values())
-    end = max(rec.completed.values())
+    end = max((rec.wl_created if hold else rec.completed).values())
     waits: dict[str, list[float]] = {c.name: [] for c in cfg.classes}
     stages: dict[str, list[list[float]]] = {c.name: [[], [], []] for c in cfg.classes}
     for key, t in rec.admitted.items():
@@ -551,6 +555,28 @@ def handoffs(cfg: Config, rec: Record, cls: str) -> list[tuple[float, float, flo
     return out
 
 
+def arrival_budget(cfg: Config, model) -> dict:
+    """What creating the Jobs and their Workloads alone asks of the modelled server, whatever the
+    controller does: the k-th Job sent (at a_k) has its Workload only once the server has done, at
+    the least, the k Job creations and k Workload creations up to it, so send -> Workload >=
+    k * (job + workload CPU) / cores - a_k (from an idle server; nothing else served). Returns the
+    peak one-second demand of those creations in cores and that bound's worst case."""
+    per = model.cost("create", "jobs.batch").cpu + model.cost("create", "workloads.kueue.x-k8s.io").cpu
+    sends = [at for at, *_ in timeline(cfg)]
+    by_second: dict[int, int] = {}
+    for at in sends:
+        by_second[int(at)] = by_second.get(int(at), 0) + 1
+    floors, busy = [], 0.0
+    for at in sends:  # busy: when the server, doing only creations, finishes this Job's pair
+        busy = max(busy, at) + per / model.cores
+        floors.append((busy - at, at))
+    worst, worst_at = max(floors)
+    floors.sort()
+    return {"cpu_per_job": per, "peak_cores": max(by_second.values()) * per, "bound": worst, "bound_at": worst_at,
+            "p99": _pct([f for f, _ in floors], 0.99), "over_2s": sum(f > 2.0 for f, _ in floors) / len(floors),
+            "cores": model.cores}
+
+
 def scaled(cfg: Config, scale: float, cohorts: int | None, queues: int | None) -> Config:
     classes = tuple(replace(c, count=max(1, round(c.count * scale))) for c in cfg.classes)
     return replace(cfg, classes=classes, cohorts=cohorts or cfg.cohorts,
@@ -571,6 +597,8 @@ def main() -> None:
                     help="write cProfile stats of the controller and the stand-in to DIR/{controller,standin}.prof")
     ap.add_argument("--cost-model", choices=sorted(MODELS), default=None,
                     help="the stand-in answers with a real API server's costs (tests/standin/costs.py)")
+    ap.add_argument("--hold", action="store_true",
+                    help="every ClusterQueue stopPolicy: Hold: nothing is admitted; measures the Workload creations alone")
     ap.add_argument("--managed-fields", action="store_true",
                     help="the stand-in keeps metadata.managedFields as a real API server does")
     args = ap.parse_args()
@@ -580,9 +608,16 @@ def main() -> None:
     print(f"{args.config} x{args.scale:g}: {cfg.cohorts} cohorts x {cfg.queues_per_cohort} ClusterQueues, "
           f"{total} Jobs; controller --qps {args.qps:g} --burst {args.burst}; API costs: "
           f"{args.cost_model or 'none (the stand-in answers at once)'}; managedFields "
-          f"{'kept' if args.managed_fields else 'not kept'}", flush=True)
+          f"{'kept' if args.managed_fields else 'not kept'}{'; ClusterQueues held' if args.hold else ''}", flush=True)
+    if args.cost_model:
+        b = arrival_budget(cfg, MODELS[args.cost_model])
+        print(f"  the model's budget: a Job's and its Workload's creation take {b['cpu_per_job'] * 1000:.1f} ms of its "
+              f"CPU; the arrivals' peak second asks {b['peak_cores']:.2f} cores of {b['cores']:g}; so, whatever the "
+              f"controller does, some Job sent at {b['bound_at']:.1f} s gets its Workload >= {b['bound']:.1f} s later "
+              f"(the server doing nothing but these creations); that floor's p99 is {b['p99']:.1f} s, "
+              f"{b['over_2s'] * 100:.0f}% of the Jobs above 2 s", flush=True)
     r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log, args.profile, args.cost_model,
-                        args.managed_fields))
+                        args.managed_fields, args.hold))
     cpu = r["cpu"]
     print(f"  wall {r['wall']:.1f} s (first Job created -> last completed); admitted {r['admitted']}, "
           f"completed {r['completed']}")
