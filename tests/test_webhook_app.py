@@ -19,7 +19,7 @@ from tests.webhook_support import (
     wire,
 )
 from gpuqueue.webhook.job_validation import DEFAULT_CONTROLLER_USERNAMES
-from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.webhook.app import WebhookSettings
 
@@ -178,6 +178,27 @@ async def test_queue_label_may_change_while_suspended(hook):
     req["object"]["spec"]["suspend"] = True
     req["object"]["metadata"]["labels"][QUEUE_NAME_LABEL] = "other-queue"
     assert (await hook.review(VALIDATE_JOB, doc))["allowed"] is True
+
+
+async def test_a_jobs_priority_class_is_not_removed_nor_added_while_it_runs(hook):
+    """On a recorded 1.24 review of a running Job: Kueue's rule for the WorkloadPriorityClass label."""
+    def running(old_class, new_class):
+        doc = load_review("validating-review-request.job-update.unsuspend-via-kubectl-patch.json")
+        for side, name in (("oldObject", old_class), ("object", new_class)):
+            obj = doc["request"][side]
+            obj["spec"]["suspend"] = False
+            obj["metadata"]["labels"].pop(PRIORITY_CLASS_LABEL, None)
+            if name:
+                obj["metadata"]["labels"][PRIORITY_CLASS_LABEL] = name
+        return doc
+
+    assert (await hook.review(VALIDATE_JOB, running("low", "high")))["allowed"] is True
+    for old, new, detail in ((None, "high", "cannot be added to a non-suspended workload"),
+                             ("low", None, "cannot be removed from a workload")):
+        resp = await hook.review(VALIDATE_JOB, running(old, new))
+        assert resp["allowed"] is False
+        assert resp["status"]["message"] == (f'metadata.labels[{PRIORITY_CLASS_LABEL}]: Invalid value: "{new or ""}": '
+                                              f"WorkloadPriorityClass {detail}")
 
 
 async def test_create_after_mutation_is_allowed(hook):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuqueue.jobframework import registry
 from gpuqueue.jobframework.integration import dotted, set_path
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
@@ -327,3 +327,31 @@ async def test_a_job_created_with_a_queue_name_that_cannot_name_a_local_queue_is
     assert not out.allowed
     assert out.message.startswith(f'metadata.labels[{QUEUE_NAME_LABEL}]: Invalid value: "GPU_Queue": a lowercase '
                                   "RFC 1123 subdomain")
+
+
+def with_class(obj: dict, name: str | None) -> dict:
+    """Its WorkloadPriorityClass label set to `name` (None: removed)."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"].pop(PRIORITY_CLASS_LABEL, None)
+    if name is not None:
+        out["metadata"]["labels"][PRIORITY_CLASS_LABEL] = name
+    return out
+
+
+@kinds
+async def test_the_priority_class_may_change_but_is_not_removed_nor_added_to_a_running_object(chain, objects, sample):
+    """Kueue's rule for the WorkloadPriorityClass label (the controller moves the Workload to the
+    class named): another class at any time; added only while it waits; never removed."""
+    waiting, running = await waiting_and_running(objects, sample)
+    path = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+    waiting_low, running_low = with_class(waiting, "low"), with_class(running, "low")
+    assert (await chain.admit(review("UPDATE", waiting_low, waiting))).allowed
+    assert (await chain.admit(review("UPDATE", with_class(waiting_low, "high"), waiting_low))).allowed
+    assert (await chain.admit(review("UPDATE", with_class(running_low, "high"), running_low))).allowed
+    out = await chain.admit(review("UPDATE", with_class(running, "high"), running))
+    assert not out.allowed
+    assert out.message == f'{path}: Invalid value: "high": WorkloadPriorityClass cannot be added to a non-suspended workload'
+    for stored in (waiting_low, running_low):
+        out = await chain.admit(review("UPDATE", with_class(stored, None), stored))
+        assert not out.allowed
+        assert out.message == f'{path}: Invalid value: "": WorkloadPriorityClass cannot be removed from a workload'

@@ -30,7 +30,7 @@ from gpuqueue.jobframework.kinds.pods import MANAGED_LABEL, SCHEDULING_GATE
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, is_managed, job_queue_name, queued_owner
 from gpuqueue.jobframework.mutation import BATCH_JOB
 from gpuqueue.webhook.fielderrors import aggregate
-from gpuqueue.webhook.kind_validation import kind_errors
+from gpuqueue.webhook.kind_validation import kind_errors, priority_class_update_errors
 from gpuqueue.webhook.kueue_validation import dns_subdomain
 
 # The controller runs in the extender's Deployment, as its ServiceAccount.
@@ -110,6 +110,10 @@ def validate_job(
 
     if managed:
         errs = kind_errors(kind, job)
+        if errs:
+            return aggregate(errs)
+    if old is not None and (managed or was_managed):
+        errs = priority_class_update_errors(job, old, held_now)
         if errs:
             return aggregate(errs)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuqueue.jobframework.kinds.pods import GROUP_NAME_LABEL
 from gpuqueue.webhook.fielderrors import FieldError, forbidden, invalid, required, too_many
 
@@ -66,6 +66,20 @@ KIND_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[FieldError]]] = {
 def kind_errors(kind: str, obj: Mapping[str, Any]) -> list[FieldError]:
     check = KIND_CHECKS.get(kind)
     return check(obj) if check is not None else []
+
+
+def priority_class_update_errors(obj: Mapping[str, Any], old: Mapping[str, Any], held: bool) -> list[FieldError]:
+    """Kueue's ValidateUpdateForWorkloadPriorityClassName: the WorkloadPriorityClass label may name
+    another class at any time (the controller moves the Workload to it), but may not be added to a
+    running object (its pods were admitted at the priority it had) nor removed from any."""
+    path = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+    new_class, old_class = _labels(obj, "metadata").get(PRIORITY_CLASS_LABEL), _labels(old, "metadata").get(
+        PRIORITY_CLASS_LABEL)
+    if not held and not old_class and new_class:
+        return [invalid(path, new_class, "WorkloadPriorityClass cannot be added to a non-suspended workload")]
+    if old_class and not new_class:
+        return [invalid(path, "", "WorkloadPriorityClass cannot be removed from a workload")]
+    return []
 
 
 # -- the kinds queued through their pods: what Kueue refuses when one of them is updated ----------------
