@@ -109,7 +109,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
         self.quota_objects = QuotaObjects(self.priorities, self.queue_view, lambda: self.engine,
                                           lambda: self.writes.releases.regroup(), self.queue_status.changed,
-                                          self.mark_dirty)
+                                          self.mark_dirty, self.following.priority_class_changed)
         self.leader = False
         self.recovered = False
         self.passes = 0

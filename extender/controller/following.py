@@ -17,6 +17,8 @@ from typing import Callable
 
 from pydantic import ValidationError
 
+from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL
+from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import admission_mismatch, same_pod_sets
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
@@ -38,6 +40,7 @@ class Following:
         self.mark_dirty = mark_dirty
 
     def follow(self, st: JobState, job: dict) -> None:
+        self.follow_priority_class(st, job)
         queue = queue_name_of(job, st.queue_name)
         generation = st.kind.generation(job)
         engine = self.sched.engine
@@ -62,6 +65,35 @@ class Following:
         self.submit(st, job, p.queue_ts[0])
         self.workloads.update_spec(st)
         self.mark_dirty()
+
+    def follow_priority_class(self, st: JobState, job: dict) -> None:
+        """Kueue's UpdateWorkloadPriority: the Job's WorkloadPriorityClass label names another class
+        than its Workload's (or the class's value changed): the engine and the Workload take the
+        class and its value - a pending Job its new place in the queue, an admitted one its new
+        rank among preemption victims. Not a Workload whose priority comes from its pods'
+        PriorityClass (Kueue leaves those); a class that does not exist changes nothing yet."""
+        name = ((job.get("metadata") or {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+        value = self.workloads.priorities.workload_classes.get(name) if name else None
+        if value is None or st.phase in ("finished", "departed"):
+            return
+        wl = self.workloads.workloads.get(st)
+        spec = (wl or {}).get("spec") or {}
+        ref = spec.get("priorityClassRef")
+        if ref is not None and ref.get("kind") != W.WORKLOAD_PRIORITY_CLASS:
+            return
+        engine = self.sched.engine
+        if st.priority != value and engine is not None and engine.set_priority(st.key, value):
+            st.priority = value
+            self.mark_dirty()
+        if wl is not None and ((ref or {}).get("name") != name or spec.get("priority") != value):
+            self.workloads.update_priority(st, name, value)
+
+    def priority_class_changed(self, name: str) -> None:
+        """A WorkloadPriorityClass was created or its value changed: the Jobs that name it follow."""
+        for st in list(self.sched.jobs.values()):
+            job = self.workloads.jobs.job(st)
+            if job is not None and ((job.get("metadata") or {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL) == name:
+                self.follow_priority_class(st, job)
 
     def requeue_changed(self, st: JobState, job: dict, changed: str) -> None:
         """`changed`: what differs from the reservation (equivalence.admission_mismatch)."""

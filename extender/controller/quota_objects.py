@@ -26,16 +26,19 @@ KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.
 class QuotaObjects:
     def __init__(self, priorities: convert.PriorityResolver, queue_view: StaticQueueView,
                  engine: Callable[[], QuotaEngine | None], regroup: Callable[[], None],
-                 status_changed: Callable[[], None], mark_dirty: Callable[[], None]) -> None:
+                 status_changed: Callable[[], None], mark_dirty: Callable[[], None],
+                 priority_class_changed: Callable[[str], None]) -> None:
         """`engine`: the engine to feed (None: none yet, only the priorities and the queue view are
         kept); `regroup`: the cohort trees may have changed (Releases.regroup); `mark_dirty`: ask
-        for a scheduling pass."""
+        for a scheduling pass; `priority_class_changed`: a WorkloadPriorityClass (by name) came or
+        took another value."""
         self.priorities = priorities
         self.queue_view = queue_view
         self.engine = engine
         self.regroup = regroup
         self.status_changed = status_changed
         self.mark_dirty = mark_dirty
+        self.priority_class_changed = priority_class_changed
 
     def watch(self, informers: Mapping[str, Informer]) -> None:
         informers["namespaces"].add_handler(on_add=self.on_namespace, on_update=lambda old, new: self.on_namespace(new),
@@ -88,6 +91,8 @@ class QuotaObjects:
 
     def _on_object(self, kind: str, obj: dict) -> None:
         self._apply(self.engine(), kind, obj)
+        if kind == "WorkloadPriorityClass" and self.engine() is not None:
+            self.priority_class_changed(obj["metadata"]["name"])
         if kind in ("ClusterQueue", "Cohort"):
             self.regroup()  # the cohort trees may have changed
         self.status_changed()

@@ -132,6 +132,13 @@ def build_workload(job: dict, priority: int, priority_class: dict | None, queue_
     }
 
 
+WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
+
+
+def workload_priority_class_ref(name: str) -> dict:
+    return {"group": "kueue.x-k8s.io", "kind": WORKLOAD_PRIORITY_CLASS, "name": name}
+
+
 def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: dict[str, int],
                       kind: ManagedKind = BATCH_JOB) -> dict | None:
     """The Workload's `spec.priorityClassRef` (v1beta2: group, kind, name), or None when its
@@ -139,7 +146,7 @@ def priority_class_of(job: dict, workload_classes: dict[str, int], pod_classes: 
     labels = (job.get("metadata") or {}).get("labels") or {}
     wpc = labels.get(PRIORITY_CLASS_LABEL)
     if wpc and wpc in workload_classes:
-        return {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc}
+        return workload_priority_class_ref(wpc)
     pc = kind.priority_class_name(job)
     if pc and pc in pod_classes:
         return {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc}

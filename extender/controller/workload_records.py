@@ -78,6 +78,36 @@ class WorkloadRecordKeeping:
 
         self.writes.chain(st.key, write)
 
+    def update_priority(self, st: JobState, class_name: str, value: int) -> None:
+        """The Workload takes the WorkloadPriorityClass its Job's label names now, and its value
+        (Kueue's UpdateWorkloadPriority), with the Job's `UpdatedWorkload` Event. Not a Workload
+        whose priority comes from its pods' PriorityClass; no class added to one holding a
+        reservation (its CRD refuses that)."""
+        async def write():
+            def change(wl: dict) -> dict | None:
+                spec = wl.get("spec") or {}
+                ref = spec.get("priorityClassRef")
+                if ref is not None and ref.get("kind") != W.WORKLOAD_PRIORITY_CLASS:
+                    return None
+                if ref is None and W.shows_reservation(wl):
+                    return None
+                if ref is not None and ref.get("name") == class_name and spec.get("priority") == value:
+                    return None
+                wl["spec"] = {**spec, "priority": value, "priorityClassRef": W.workload_priority_class_ref(class_name)}
+                return wl
+
+            try:
+                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
+                                                  self.workloads.get(st), change, protect=W.status_copy)
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return
+                raise
+            if updated is not None:
+                self.events.event(st, "UpdatedWorkload", f"Updated workload priority class: {st.namespace}/{st.wl_name}")
+
+        self.writes.chain(st.key, write)
+
     def add_owners(self, st: JobState) -> None:
         """The pods a pod group counts now that do not own its Workload yet (joined after it was
         made) are added to its ownerReferences, as Kueue does: the extender finds a pod's

@@ -12,6 +12,8 @@ same step, so no other workload can slip into it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import heapq
 from dataclasses import dataclass
 
@@ -204,6 +206,32 @@ class QuotaEngine:
         p = self.inactive.pop(key, None)
         if p is None:
             return False
+        self._enqueue(p)
+        return True
+
+    def set_priority(self, key: str, priority: int) -> bool:
+        """The workload's priority changed (Kueue: its WorkloadPriorityClass label named another
+        class). A pending one takes its new place in its queue, keeping its queue time, and is
+        evaluated again; an admitted one keeps its quota, and its new priority counts from the next
+        pass on, when victims are chosen. False if the workload is not known."""
+        self._ensure_tree()
+        w = self.state.admitted.get(key)
+        if w is not None:
+            if w.spec.priority != priority:
+                self.state.release(key)
+                w.spec = dataclasses.replace(w.spec, priority=priority)
+                self.state.hold(w)
+                self._bump(w.admission.cluster_queue, freed=True)  # what waits may now preempt it
+            return True
+        held_out = self.inactive.get(key)
+        if held_out is not None:
+            held_out.spec = dataclasses.replace(held_out.spec, priority=priority)
+            return True
+        p = self._unqueue(key)
+        if p is None:
+            return False
+        p.spec = dataclasses.replace(p.spec, priority=priority)
+        p.evaluated = False
         self._enqueue(p)
         return True
 
