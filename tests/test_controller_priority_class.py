@@ -104,3 +104,22 @@ async def test_a_class_that_does_not_exist_changes_nothing_until_it_is_created()
                        "metadata": {"name": "critical"}, "value": 2000})
         await eventually(lambda: priority(h, "waiting") == ("critical", 2000), what="the class once it exists")
         await eventually(lambda: h.running("ml", "waiting"), what="then above the running Job")
+
+
+async def test_a_class_changed_while_no_controller_led_is_followed_by_the_next():
+    async with Harness() as h:
+        for obj in two_pool_objects(f2_quota=0) + CLASSES:
+            await h.apply(obj)
+        first = await h.controller(identity="first")
+        await h.submit(job("held", "batch"))
+        await eventually(lambda: h.running("ml", "held"), what="admitted")
+        await h.submit(job("waiting", "batch"))
+        await eventually(lambda: h.workload_of("ml", "waiting") is not None, what="its Workload")
+        await h.kill(first)
+        await relabel(h, "held", "urgent")
+        await relabel(h, "waiting", "normal")
+        await h.controller(identity="second")
+        await eventually(lambda: priority(h, "held") == ("urgent", 1000) and priority(h, "waiting") == ("normal", 500),
+                         what="both Workloads in their new classes")
+        assert h.running("ml", "held") and not h.running("ml", "waiting")  # 500 < 1000: no preemption
+        assert h.observer.violations == []

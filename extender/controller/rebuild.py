@@ -64,6 +64,8 @@ class RebuildFromApi:
             # the Job has not finished: someone else wrote that (set back below); judged without it
             self.workload_writes.set_back(st)
             wl = W.without_condition(W.status_copy(wl), "Finished")
+        if wl is not None:
+            self.following.follow_priority_class(st, job)  # its class changed, or took a new value, while no one led
         if wl is None:
             self.workload_writes.ensure_workload(st)
         elif W.holds_reservation(wl):
