@@ -163,3 +163,21 @@ async def test_a_restarted_controller_keeps_an_admitted_group_and_the_one_waitin
         await eventually(lambda: W.is_true(group0.workload(), "Finished"), what="group 0 finished")
         await eventually(group1.all_ungated, what="group 1 admitted in the room group 0 left")
         await no_violation(h, second)
+
+
+async def test_pods_are_listed_and_watched_once_with_every_pod_kind_enabled():
+    """Single pods, pod groups and LeaderWorkerSet groups are all read from one cache of pods: one
+    list and one watch of pods on the API server, not one per kind (each a whole copy of the
+    cluster's pods in the controller)."""
+    async with Harness(kubernetes_minor=27) as h:
+        h.api.install_crds("leaderworkersets.leaderworkerset.x-k8s.io")
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await eventually(lambda: ctl.ready, what="ready")
+
+        def pod_reads() -> list[str]:
+            return sorted("watch" if "watch=" in p else "list"
+                          for m, p in h.api.requests if m == "GET" and p.split("?")[0] == "/api/v1/pods")
+
+        await eventually(lambda: "watch" in pod_reads(), what="the pods watched")
+        await asyncio.sleep(0.3)
+        assert pod_reads() == ["list", "watch"]

@@ -336,10 +336,11 @@ class EnabledKinds:
 
     @property
     def watched(self) -> list[K.Kind]:
-        """Every kind to watch besides the controller's own (Jobs among them), once each."""
+        """Every kind to watch besides the controller's own (Jobs and pods among them), once each.
+        The pod groups' kinds are read from the pods' cache (no object of their own)."""
         out: dict[str, K.Kind] = {}
         for kind in (*(m.kind for m in self.managed), *(k for ks in self.needs.values() for k in ks)):
-            if kind is not K.JOBS and kind is not K.PODS:
+            if kind is not K.JOBS and kind.path() != K.PODS.path():
                 out.setdefault(kind.name, kind)
         return list(out.values())
 
