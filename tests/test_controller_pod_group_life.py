@@ -68,6 +68,11 @@ class GroupLife:
         await eventually(lambda: self.h.running("team-a", "urgent"), what="the preemptor admitted")
 
 
+def pod_events(h: Harness, name: str) -> list[tuple[str, str, str]]:
+    return [(e["type"], e["reason"], e["message"]) for e in h.api.cluster.store.kind("events").values()
+            if e["involvedObject"].get("kind") == "Pod" and e["involvedObject"].get("name") == name]
+
+
 async def no_violation(h: Harness, ctl) -> None:
     """No quota violation at any write, every pod beyond its reservation gone, nothing refused."""
     assert h.observer.violations == []
@@ -83,9 +88,13 @@ async def test_a_pod_groups_whole_life_through_the_controller():
         sweep = GroupLife(h, "sweep")
         leader = await sweep.create("sweep-leader", 2, 3)
         await sweep.create("sweep-w0", 1, 3)
-        # Kueue waits for the group's total count of pods before it makes a Workload
+        # Kueue waits for the group's total count of pods before it makes a Workload, and tells
+        # each pod why (a Warning Event, ErrWorkloadCompose), once
         await asyncio.sleep(0.5)
         assert sweep.workload() is None and all(pods.is_gated(p) for p in sweep.pods())
+        waiting = ("Warning", "ErrWorkloadCompose", "'sweep' group has fewer runnable pods than expected")
+        await eventually(lambda: all(pod_events(h, n) == [waiting] for n in ("sweep-leader", "sweep-w0")),
+                         what="each pod told why it waits")
         await sweep.create("sweep-w1", 1, 3)
         await eventually(lambda: sweep.workload() is not None, what="the group's Workload created")
         wl = sweep.workload()
@@ -99,6 +108,7 @@ async def test_a_pod_groups_whole_life_through_the_controller():
         await eventually(sweep.all_ungated, what="every pod of the group ungated")
         assert W.is_true(sweep.workload(), "Admitted")
         assert all(p["spec"]["nodeSelector"] == {"team": "a", **GH200} for p in sweep.pods())
+        assert pod_events(h, "sweep-w1") == [] and pod_events(h, "sweep-leader") == [waiting]  # complete: none more
 
         # preempted by a Job needing every GPU: every pod deleted, the quota held until all ended
         await sweep.preempted()

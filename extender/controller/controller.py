@@ -338,6 +338,13 @@ class Controller(RebuildFromApi, WorkloadEvents):
         """A pod of a group changed: its group is judged again as a whole (a group has no object
         of its own); a group whose pods are all gone departs as a deleted object does."""
         self._on_groups(kind.groups.on_pod_delete(pod) if gone else kind.groups.on_pod(pod), kind)
+        group = kind.groups.key_of(pod)
+        if not gone and group is not None and self.recovered and self.kinds_by_kind.get(kind.kind.kind) is kind \
+                and self.jobs.get(kind.key(*group.split("/", 1))) is None:  # (Kueue: only while none is made)
+            message = kind.groups.compose_error(pod)
+            if message is not None:
+                meta = pod["metadata"]
+                self.events.on_pod(meta["namespace"], meta["name"], meta.get("uid", ""), "ErrWorkloadCompose", message)
 
     def _on_groups(self, changed: set[str], kind: PodGroupKind) -> None:
         if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:

@@ -29,6 +29,9 @@ def _created(pod: Mapping[str, Any]) -> tuple[str, str]:
     return (meta.get("creationTimestamp") or "", meta.get("name") or "")
 
 
+FEWER_PODS = " has fewer runnable pods than expected"  # Kueue's words, after the group's name
+
+
 @dataclass(frozen=True)
 class PodGroup:
     namespace: str
@@ -53,7 +56,7 @@ class PodGroup:
         else None: a count or queue its pods disagree on, or fewer runnable pods than it counts
         (unless it asks for fast admission, as a StatefulSet's pods do)."""
         if not self.pods:
-            return f"'{self.name}' group has fewer runnable pods than expected"
+            return f"'{self.name}' group{FEWER_PODS}"
         first = self.pods[0]
         try:
             total = P.group_total_count(first)
@@ -74,8 +77,14 @@ class PodGroup:
                 return (f"pods '{first['metadata']['name']}' and '{pod['metadata']['name']}' has different queue "
                         f"names: {queue}!={job_queue_name(pod)}")
         if not self.active() or (not self.fast() and len(self.active()) < total):
-            return f"'{self.name}' group has fewer runnable pods than expected"
+            return f"'{self.name}' group{FEWER_PODS}"
         return None
+
+    def incomplete(self) -> str | None:
+        """Kueue's ErrWorkloadCompose Warning while the group waits for more pods (fewer runnable
+        than its total count, no fast admission), else None."""
+        problem = self.problem()
+        return problem if problem is not None and problem.endswith(FEWER_PODS) else None
 
     def total_count(self) -> int:
         return P.group_total_count(self.pods[0])
@@ -119,6 +128,7 @@ class PodGroups:
         self.key_of = key_of
         self._pods: dict[str, dict[str, dict]] = {}  # group key -> pod key -> pod
         self._group_of: dict[str, str] = {}  # pod key -> group key
+        self._told: dict[str, str] = {}  # pod uid -> the ErrWorkloadCompose message it was given
 
     def on_pod(self, pod: dict) -> set[str]:
         """The groups it changed (a pod may leave one: its label is immutable, but a new pod may
@@ -133,7 +143,20 @@ class PodGroups:
         return changed
 
     def on_pod_delete(self, pod: dict) -> set[str]:
+        self._told.pop(pod["metadata"].get("uid", ""), None)
         return self._drop(object_key(pod))
+
+    def compose_error(self, pod: dict) -> str | None:
+        """What the pod is to be told of its group that cannot be queued yet (Kueue's
+        ErrWorkloadCompose), once for each message."""
+        group_key = self._group_of.get(object_key(pod))
+        group = self.get(group_key) if group_key is not None else None
+        message = group.incomplete() if group is not None else None
+        uid = pod["metadata"].get("uid", "")
+        if message is None or self._told.get(uid) == message:
+            return None
+        self._told[uid] = message
+        return message
 
     def _drop(self, pod_key: str) -> set[str]:
         group = self._group_of.pop(pod_key, None)
