@@ -60,12 +60,17 @@ async def test_a_stopped_pending_workload_is_never_admitted_while_stopped(tmp_pa
         wl_b = h.workload_of("default", "gpu-job-b")["metadata"]["name"]
         assert await _gq(h, tmp_path, "stop", "workload", wl_b) == 0
         await eventually(lambda: _cond(h, "gpu-job-b", "Requeued")[1] == "Deactivated", what="b told it is held out")
+        # as Kueue, admitted or not: Evicted, reason Deactivated
+        assert _cond(h, "gpu-job-b", "Evicted") == ("True", "Deactivated", "The workload is deactivated")
+        assert _cond(h, "gpu-job-b", "Requeued") == ("False", "Deactivated", "The workload is deactivated")
         await h.finish_job("default", "gpu-job-a")  # its 6 GPUs free
         await asyncio.sleep(0.5)
         assert not h.running("default", "gpu-job-b")
         assert not (h.workload_of("default", "gpu-job-b").get("status") or {}).get("admission")
         assert await _gq(h, tmp_path, "resume", "workload", wl_b) == 0
         await eventually(lambda: h.running("default", "gpu-job-b"), what="b admitted once resumed")
+        assert _cond(h, "gpu-job-b", "Evicted") == ("False", "QuotaReserved",
+                                                     "Previously: The workload is deactivated")
 
 
 async def test_an_inactive_workload_stays_inactive_when_a_new_leader_rebuilds(tmp_path):

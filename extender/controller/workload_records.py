@@ -23,14 +23,25 @@ class WorkloadRecordKeeping:
     def deactivate(self, st: JobState, evicted: d.Evicted | None) -> None:
         """Kueue's deactivation carried out: an admitted Job is evicted (`evicted`, the engine's
         decision: its Job suspended, its reservation cleared once its pods are gone, Requeued false);
-        a pending one is told it is held out of its queue (Requeued false)."""
+        a pending one is told it is held out of its queue: Evicted (unless it already shows an
+        eviction, as Kueue) and Requeued false, reason Deactivated."""
         if evicted is not None:
             self.apply(evicted)
             return
 
+        def change(wl: dict) -> dict | None:
+            out = W.with_requeued(wl, False, d.DEACTIVATED, d.DEACTIVATED_MESSAGE)
+            if W.is_true(wl, "Evicted"):
+                return out
+            out = out if out is not None else wl
+            status = out.setdefault("status", {})
+            status["conditions"] = W.set_condition(status.get("conditions") or [], "Evicted", "True", d.DEACTIVATED,
+                                                   d.DEACTIVATED_MESSAGE, W.now_rfc3339(),
+                                                   out["metadata"].get("generation"))
+            return out
+
         async def write():
-            await self.workloads.update(st, lambda wl: W.with_requeued(wl, False, d.DEACTIVATED,
-                                                                       d.DEACTIVATED_MESSAGE))
+            await self.workloads.update(st, change)
 
         self.writes.chain(st.key, write)
 
