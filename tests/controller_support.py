@@ -21,6 +21,7 @@ from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import parse_engine_int as to_engine_int
 from tests.standin import ApiServer, Write
 from tests.standin import resources as R
+from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
 
@@ -171,8 +172,8 @@ class PodObserver:
             return
         running: dict[str, int] = {}
         for pod in _stored(self.api, R.PODS):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["spec"].get("schedulingGates"):
-                continue  # a gated pod is not scheduled
+            if pods.ended(pod) or pod["spec"].get("schedulingGates"):
+                continue  # a gated pod is not scheduled; a pod deleted before it got a node never will be
             gpus = self._gpus(pod)
             if gpus:
                 uid = self._owner(pod["metadata"]["uid"], _job_uid(pod))
@@ -285,6 +286,29 @@ class Harness:
             await c.api.close()
         await self.client.close()
         await self.api.stop()
+
+    def bind_ungated_pods(self, node: str = "gpu-node-0") -> None:
+        """kube-scheduler's part, for the pod integration's tests: a pod that is neither gated nor
+        being deleted gets a node (bound as pods/binding binds). Without it an ungated pod never
+        runs, and deleting it frees it at once (the API server binds no pod being deleted)."""
+        loop = asyncio.get_running_loop()
+
+        def bind(namespace: str, name: str, uid: str) -> None:
+            try:
+                self.api.cluster.bind(namespace, name, node, uid=uid)
+            except Exception:  # noqa: BLE001 - deleted, replaced or bound meanwhile
+                pass
+
+        def on_write(w) -> None:
+            if w.resource is not R.PODS or w.type == "DELETED":
+                return
+            pod = w.new
+            if (pod.get("spec") or {}).get("nodeName") or pod["metadata"].get("deletionTimestamp") \
+                    or (pod.get("spec") or {}).get("schedulingGates"):
+                return
+            loop.call_soon(bind, w.namespace, w.name, pod["metadata"]["uid"])
+
+        self.api.observe(on_write)
 
     async def controller(self, options: Options = FAST, identity: str = "test") -> Controller:
         await self.namespace("gpuqueue-system")  # the install creates it; the Lease lives there

@@ -66,6 +66,7 @@ async def two_groups(h: Harness, identity: str = "controller") -> tuple:
     """A LeaderWorkerSet of two groups of three (leader 2 GPUs, workers 1) on a quota of 4 GPUs:
     group 0 admitted, group 1 waiting for it. Returns the controller and the two groups."""
     h.api.install_crds("leaderworkersets.leaderworkerset.x-k8s.io")
+    h.bind_ungated_pods()
     for obj in quota_objects(4):
         await h.apply(obj)
     ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS), identity=identity)

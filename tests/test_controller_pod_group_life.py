@@ -82,6 +82,7 @@ async def no_violation(h: Harness, ctl) -> None:
 
 async def test_a_pod_groups_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -153,6 +154,7 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
     as they come; preempted, every pod is deleted and the quota held until all ended; the pods
     its controller makes again wait gated for quota, and run once it is free."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(
@@ -202,6 +204,7 @@ async def test_an_admitted_group_is_kept_across_a_controller_restart():
     admission stands (no second Workload, no pod gated again), and a preemption after the
     restart still waits for every pod of the group."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         options = dataclasses.replace(FAST, integrations=FRAMEWORKS)
@@ -229,6 +232,7 @@ async def test_a_pod_of_a_pending_group_ungated_by_its_tenant_is_deleted():
     Workload holds no reservation runs without an admission: the controller stops the group (a
     pod cannot be suspended: its pods are deleted), as it stops a single pod."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -242,3 +246,21 @@ async def test_a_pod_of_a_pending_group_ungated_by_its_tenant_is_deleted():
                          what="the ungated pod deleted by the controller")
         assert not W.is_true(big.workload(), "QuotaReserved")
         assert h.observer.violations == []
+
+
+async def test_a_preempted_group_whose_pods_never_got_a_node_frees_its_quota_at_once():
+    """Admitted (ungated) but not bound, then preempted: its pods, deleted, can never run, so their
+    finalizers go at once and the preemptor is admitted without waiting for a kubelet."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        sweep = GroupLife(h, "sweep")
+        for i in range(2):
+            await sweep.create(f"sweep-{i}", 2, 2)
+        await eventually(sweep.all_ungated, what="admitted")
+        await h.submit(preemptor(4))
+        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await eventually(lambda: not sweep.pods() and sweep.workload() is None, what="the group and its Workload gone")
+        await no_violation(h, ctl=h.controllers[0])
+

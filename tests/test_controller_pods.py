@@ -65,6 +65,7 @@ async def end_pod(h: Harness, name: str, phase: str) -> None:
 
 async def test_a_plain_pods_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -128,6 +129,7 @@ async def test_a_pod_without_the_managed_label_is_not_queued():
     """Only what the webhook gated is the pod integration's (Kueue's managed label): a Job's pods,
     and a pod created before the integration, are not."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -183,6 +185,7 @@ async def test_a_deployments_pods_are_each_a_workload_of_their_own():
     """As Kueue: the Deployment's template marked by the webhook, each of its pods queued as a
     plain pod; a preempted one is deleted, its replacement waits gated for quota."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(8):
             await h.apply(obj)
         ctl = await h.controller(dataclasses.replace(
@@ -235,6 +238,7 @@ async def test_a_running_pod_deleted_by_its_owner_holds_its_quota_until_it_ended
     """Its Workload goes with it, but another pod is admitted to its GPUs only once its containers
     ended (Kueue's finalizer keeps it until then; the controller removes it)."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
@@ -255,9 +259,30 @@ async def test_a_running_pod_deleted_by_its_owner_holds_its_quota_until_it_ended
         await h.pods.held()
 
 
+async def test_a_preempted_pod_that_never_got_a_node_frees_its_quota_at_once():
+    """Admitted (ungated) but not bound - no node had room for it - then preempted: deleted, it can
+    never run (the API server binds no pod being deleted), so Kueue's finalizer goes at once and
+    the preemptor is admitted without waiting for a kubelet that will never act on it (the pod
+    stayed Terminating for ever, holding its quota, and the preemptor waited for ever)."""
+    async with Harness(kubernetes_minor=27) as h:
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        stuck = PodLife(h, "stuck")
+        await stuck.create(4)
+        await eventually(stuck.ungated, what="admitted")
+        assert not stuck.pod()["spec"].get("nodeName")
+        await h.submit(preemptor(4))
+        await eventually(lambda: h.running("team-a", "urgent"), what="the preemptor admitted")
+        await eventually(lambda: stuck.pod() is None and stuck.workload() is None, what="the pod and its Workload gone")
+        assert h.observer.violations == []
+        await h.pods.held()
+
+
 async def test_a_pod_that_ended_while_no_controller_ran_is_finished_and_released():
     """The next leader finishes its Workload and removes Kueue's finalizer from what it lists."""
     async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
         for obj in quota_objects(4):
             await h.apply(obj)
         options = dataclasses.replace(FAST, integrations=FRAMEWORKS)

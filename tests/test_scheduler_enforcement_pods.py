@@ -5,6 +5,7 @@ were bypassed) gets no node, and the controller deletes it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 from gpuqueue.extender.controller import kinds as K
@@ -50,20 +51,23 @@ async def test_a_pod_runs_only_when_admitted(tmp_path):
             assert answer["FailedAndUnresolvableNodes"][GPU_NODES[0]] == (
                 "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "
                 "gh200, 4 more needed")
-            # the controller stops it: a pod cannot be suspended, so it is deleted
-            await eventually(lambda: (c.pod("team-a", "greedy") or {}).get("metadata", {}).get("deletionTimestamp"),
-                             what="the ungated pod deleted by the controller")
+            # the controller stops it: a pod cannot be suspended, so it is deleted - and, never bound
+            # (the API server binds no pod being deleted), its finalizer goes with it at once
+            await eventually(lambda: c.pod("team-a", "greedy") is None, what="the ungated pod deleted by the controller")
             assert c.pod("team-a", "notebook")["metadata"].get("deletionTimestamp") is None
 
 
 async def test_a_pod_groups_pods_are_held_to_their_roles_pod_set(tmp_path):
     """A group's Workload is owned by the pods it counts, controlled by none: the extender finds
     each pod's Workload through those ownerReferences and holds it to its role's pod set's flavor.
-    A pod beyond the group's total count (three created for two) is not counted: it stays gated,
-    and ungated by its tenant (the webhook bypassed) it gets no node."""
+    A pod beyond the group's total count (three created for two) is not counted, and the
+    controller deletes it (Kueue's); ungated by its tenant (the webhook bypassed) before that
+    deletion lands, it gets no node."""
     async with Harness(kubernetes_minor=27) as h:
         for obj in [*quota_objects(8), *nodes()]:
             await h.apply(obj)
+        deleting = asyncio.Event()  # the controller's deletion of the third pod, held until released
+        h.api.faults.add(r"/pods/sweep-2$", method="DELETE", hold=deleting, times=10)
         async with extender(h, tmp_path, options=OPTIONS) as c:
             created = [await h.kube.create(K.PODS, "team-a", group_pod(f"sweep-{i}", "sweep", 2, 2)) for i in range(3)]
             uid = created[0]["metadata"]["uid"]
@@ -88,3 +92,6 @@ async def test_a_pod_groups_pods_are_held_to_their_roles_pod_set(tmp_path):
             assert answer["NodeNames"] == [], answer
             assert set(answer["FailedAndUnresolvableNodes"].values()) == {
                 "gpuqueue: pod team-a/sweep-2 requests nvidia.com/gpu but belongs to no admitted workload"}
+            deleting.set()
+            await eventually(lambda: c.pod("team-a", "sweep-2") is None, what="the pod beyond the count deleted")
+            assert all(c.pod("team-a", f"sweep-{i}") is not None for i in range(2))

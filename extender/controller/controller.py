@@ -353,6 +353,7 @@ class Controller(RebuildFromApi, WorkloadEvents):
             obj = kind.cache.get(key)
             if obj is not None:
                 self._on_job(obj, kind=kind)
+                self.job_steering.delete_excess(kind.excess(obj))
                 st = self.jobs.get(kind.key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
                 wl = self.owned.find(obj["metadata"]["namespace"], obj["metadata"]["uid"], st.wl_name) if st else None
                 if wl is not None and {r["uid"] for r in kind.owner_references(obj)} - {

@@ -31,6 +31,7 @@ from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_wr
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.model import Admission
+from gpuqueue.jobframework.kinds import pods as P
 from gpuqueue.jobframework.podset import PodSetInfo
 
 log = logging.getLogger("gpuqueue.controller")
@@ -63,11 +64,12 @@ class JobSteering:
         self._waiters: dict[str, asyncio.Event] = {}
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
         self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
+        self._deleting_excess: set[str] = set()  # uids of a group's excess pods being deleted
 
     # -- pods -----------------------------------------------------------------------------------------------
     def on_pod(self, pod: dict) -> None:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            self.on_pod_delete(pod)  # a terminated pod holds nothing
+        if P.ended(pod):
+            self.on_pod_delete(pod)  # a pod that ended holds nothing
             return
         key = object_key(pod)
         # every owner it was ever seen under: its chain may break later (a RayJob's RayCluster deleted
@@ -297,6 +299,26 @@ class JobSteering:
                                                  uid=pod["metadata"]["uid"]) or deleted
         return deleted
 
+    def delete_excess(self, pods: list[dict]) -> None:
+        """A group's pods beyond its total count, deleted as Kueue deletes them (the newest); each
+        then loses Kueue's finalizer as any pod deleted while gated does (`releasable`)."""
+        for pod in pods:
+            meta = pod["metadata"]
+            uid = meta.get("uid", "")
+            if not uid or uid in self._deleting_excess or meta.get("deletionTimestamp"):
+                continue
+            self._deleting_excess.add(uid)
+
+            async def write(meta=meta, uid=uid):
+                try:
+                    await self.kube.delete(K.PODS, meta["namespace"], meta["name"], uid=uid)
+                finally:
+                    self._deleting_excess.discard(uid)
+
+            # not in the group's chain: a slow deletion must not hold up its admission
+            if self.writes.spawn(write()).done():  # refused: this replica does not lead
+                self._deleting_excess.discard(uid)
+
     async def wait_stopped(self, st: JobState, held: bool = True, done: Callable[[], bool] = lambda: False,
                            fenced: Callable[[], bool] = lambda: True) -> None:
         """Until the Job is suspended (or gone) and its pods are gone - confirmed by live reads, not
@@ -332,7 +354,8 @@ class JobSteering:
             if is_status(exc, 404):
                 return True
             raise
-        return job.get("metadata", {}).get("uid") != st.uid or st.kind.suspended(job)
+        return job.get("metadata", {}).get("uid") != st.uid or st.kind.suspended(job) or (
+            st.kind.deletes_to_stop and P.holds_nothing(job))  # a pod, deleted before it got a node
 
     async def _live_pods(self, st: JobState) -> int:
         """Its pods not terminated, by a live list: up its pods' owner chains, and, failing safe,
@@ -351,7 +374,7 @@ class JobSteering:
         listed = await self.kube.request("GET", K.PODS.path(st.namespace), query=query)
         count = 0
         for pod in listed.get("items") or ():
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if P.ended(pod):
                 continue
             uids, broken = self.owners.chain(pod)
             if st.uid in uids or (broken is not None and st.kind.kind is not K.JOBS

@@ -198,6 +198,9 @@ class PodKind(ManagedKind):
     def suspend(self, obj: dict) -> dict | None:
         return None  # deleted instead (deletes_to_stop)
 
+    def stopped(self, obj: dict) -> bool:
+        return super().stopped(obj) or pods.holds_nothing(obj)
+
     def restore(self, obj: dict) -> dict | None:
         return None
 
@@ -206,11 +209,11 @@ class PodKind(ManagedKind):
 
     @staticmethod
     def finished_with(pod: dict) -> bool:
-        """Kueue's finalizer may go: the pod holds nothing any more (terminated, or deleted while
-        still gated) and its end has been seen."""
+        """Kueue's finalizer may go: the pod holds nothing any more and its end has been seen -
+        terminated, or deleted before it got a node (gated, or ungated and not yet bound: kept, its
+        finalizer would keep it, and an eviction waiting for it, for ever)."""
         meta = pod.get("metadata") or {}
-        return pods.MANAGED_LABEL in (meta.get("finalizers") or ()) and (
-            pods.is_terminated(pod) or (bool(meta.get("deletionTimestamp")) and pods.is_gated(pod)))
+        return pods.MANAGED_LABEL in (meta.get("finalizers") or ()) and pods.holds_nothing(pod)
 
 
 def plain_group_key(pod: dict) -> str | None:

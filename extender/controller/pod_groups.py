@@ -109,8 +109,8 @@ class PodGroup:
         return P.group_pod_sets(self.members())
 
     def owner_references(self) -> list[dict]:
-        """Every pod it counts owns its Workload, none as its controller (Kueue's; Kueue deletes
-        the excess pods first, gpuqueue leaves them gated: owning nothing, they get no node)."""
+        """Every pod it counts owns its Workload, none as its controller (Kueue's); the pods
+        beyond its count are deleted (PodGroupKind.excess)."""
         return [{"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
                 for p in self.members() if (p.get("metadata") or {}).get("uid")]
 
@@ -242,6 +242,11 @@ class PodGroupKind(ManagedKind):
     def queued(self, obj: dict) -> bool:
         return bool(obj.get("pods")) and _group(obj).problem() is None
 
+    def excess(self, obj: dict) -> list[dict]:
+        """Its runnable pods beyond its total count (none while its pods disagree on the count)."""
+        group = _group(obj)
+        return group.excess() if group.pods and group.problem() is None else []
+
     def workload_name(self, obj: dict) -> str:
         return obj["metadata"]["name"]
 
@@ -298,7 +303,8 @@ class PodGroupKind(ManagedKind):
         return any(P.is_gated(p) for p in self.counted(obj))
 
     def stopped(self, obj: dict) -> bool:
-        return self.suspended(obj)
+        """Every pod of it gated or holding nothing (terminated, or deleted before it got a node)."""
+        return all(P.is_gated(p) or P.holds_nothing(p) for p in obj.get("pods") or ())
 
     def finished(self, obj: dict) -> Finished | None:
         return _group(obj).finished()

@@ -59,6 +59,26 @@ def is_terminated(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def never_runs(pod: Mapping[str, Any]) -> bool:
+    """Deleted before it got a node: the API server binds no pod that is being deleted, and no
+    kubelet will ever act on it (its phase stays Pending until it is gone)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return bool(meta.get("deletionTimestamp")) and not spec.get("nodeName")
+
+
+def holds_nothing(pod: Mapping[str, Any]) -> bool:
+    """Uses no node's resources now and never will: terminated, or deleted before it got a node."""
+    return is_terminated(pod) or never_runs(pod)
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    """What the controller counts as ended: terminated, or, for a pod Kueue's finalizer keeps (the
+    pod integration's, which only the controller lets go), deleted before it got a node. Any other
+    pod deleted unbound is removed by the API server and its own controller, and is waited for."""
+    return is_terminated(pod) or (never_runs(pod) and MANAGED_LABEL in ((pod.get("metadata") or {}).get(
+        "finalizers") or ()))
+
+
 def gated(pod: Mapping[str, Any]) -> dict | None:
     """The pod as the webhook admits it on CREATE: gated, labelled managed, with Kueue's
     finalizer (so its end is seen even when it is deleted at once), its role hash when in a
