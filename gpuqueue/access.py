@@ -135,6 +135,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("kueuectl", KUEUE, "workloads", "list patch", "list workloads; stop/resume workload (spec.active)"),
     _a("kueuectl", KUEUE, "localqueues", "list create patch", "list localqueues, a Workload's ClusterQueue; create localqueue; stop/resume localqueue (spec.stopPolicy)"),
     _a("kueuectl", KUEUE, "clusterqueues", "get list patch", "list clusterqueues; create localqueue checks its ClusterQueue; stop/resume clusterqueue (spec.stopPolicy)"),
+    _a("kueuectl", "visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get", "list workloads: POSITION IN QUEUE, as the visibility API gives it"),
 )
 
 

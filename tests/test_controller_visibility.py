@@ -6,9 +6,14 @@ allows."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+
 import aiohttp
 from kubernetes_asyncio import client
 
+from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
 from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue.extender.controller.kinds import Kind
@@ -38,8 +43,27 @@ async def _get(h: Harness, path: str, token: str | None = None) -> tuple[int, di
             return r.status, await r.json(content_type=None)
 
 
-async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp_path):
+@contextlib.asynccontextmanager
+async def serving_visibility(h: Harness, ctl, tmp_path, aggregator):
+    """The controller's visibility API started and registered as manifests/visibility registers it;
+    yields its port."""
     certs, _ = serving_certs(tmp_path, "gpuqueue-visibility")
+    for obj in apply_manifest_objects({"v1beta1.visibility.kueue.x-k8s.io"}):
+        await h.kube.create(API_SERVICES, None, obj)
+    reviews = client.ApiClient(h.api.client_configuration())
+    auth = DelegatedAuth(KubeApi(reviews))
+    assert (await auth.load_requestheader()).allowed_names == ("front-proxy-client",)
+    server = await start_visibility(ctl, auth, "127.0.0.1", 0, with_front_proxy_ca(ReloadingTLS(certs).context, auth))
+    port = server.addresses[0][1]
+    aggregator.endpoints[("gpuqueue-system", "gpuqueue-visibility", 443)] = ("127.0.0.1", port)
+    try:
+        yield port
+    finally:
+        await server.cleanup()
+        await reviews.close()
+
+
+async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp_path):
     async with Harness(pod_deletion_delay=0.05) as h:
         aggregator = h.api.enable_aggregation()
         ctl, _, c_keys = await flame_reclaimed(h)
@@ -54,15 +78,7 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
         pending = victims + [("team-c", "c-5"), ("team-e", "e-1")]
         await eventually(lambda: all((h.workload_of(*k) or {}).get("status", {}).get("conditions") for k in pending),
                          what="the new jobs evaluated")
-        for obj in apply_manifest_objects({"v1beta1.visibility.kueue.x-k8s.io"}):
-            await h.kube.create(API_SERVICES, None, obj)
-        reviews = client.ApiClient(h.api.client_configuration())
-        auth = DelegatedAuth(KubeApi(reviews))
-        assert (await auth.load_requestheader()).allowed_names == ("front-proxy-client",)
-        server = await start_visibility(ctl, auth, "127.0.0.1", 0, with_front_proxy_ca(ReloadingTLS(certs).context, auth))
-        port = server.addresses[0][1]
-        aggregator.endpoints[("gpuqueue-system", "gpuqueue-visibility", 443)] = ("127.0.0.1", port)
-        try:
+        async with serving_visibility(h, ctl, tmp_path, aggregator) as port:
             # kubectl get --raw .../clusterqueues/group-c/pendingworkloads (the harness is cluster-admin)
             status, summary = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads")
             assert status == 200, summary
@@ -137,6 +153,46 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
             follower = Visibility(ctl).ordered("group-c")
             assert {q.name for q in follower} == {i["metadata"]["name"] for i in items}
             assert follower[0].name == items[0]["metadata"]["name"]
-        finally:
-            await server.cleanup()
-            await reviews.close()
+
+
+async def test_list_workloads_takes_the_positions_from_the_visibility_api(tmp_path):
+    """`gpuqueue list workloads` shows POSITION IN QUEUE as the engine orders its queue (as kueuectl
+    asks the visibility API): two Jobs of one priority created within the same second are in the
+    order they came, which the Workloads alone (creation to the second, then name) cannot tell."""
+    from gpuqueue.cli import main
+    from tests.test_controller_behaviour import gpu_job, two_pool_objects
+
+    async with Harness() as h:
+        aggregator = h.api.enable_aggregation()
+        for obj in two_pool_objects(f2_quota=0):  # one GPU
+            await h.apply(obj)
+        ctl = await h.controller()
+        await h.submit(gpu_job("ml", "running"))
+        await eventually(lambda: h.running("ml", "running"), what="the GPU taken")
+        for attempt in range(5):  # created within one second (the Workloads' timestamps say no more)
+            for name in ("zz-second", "aa-third"):
+                await h.submit(gpu_job("ml", name))
+            made = [h.job("ml", n)["metadata"]["creationTimestamp"] for n in ("zz-second", "aa-third")]
+            if made[0] == made[1]:
+                break
+            for name in ("zz-second", "aa-third"):
+                await h.kube.delete(K.JOBS, "ml", name)
+            await eventually(lambda: h.job("ml", "zz-second") is None and h.job("ml", "aa-third") is None,
+                             what="deleted to try again")
+        await eventually(lambda: all(h.workload_of("ml", n) for n in ("zz-second", "aa-third")), what="both queued")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: standin, cluster: {{server: "{h.api.url}"}}}}]
+users: [{{name: admin, user: {{}}}}]
+contexts: [{{name: c, context: {{cluster: standin, user: admin, namespace: ml}}}}]
+current-context: c
+""")
+        async with serving_visibility(h, ctl, tmp_path, aggregator):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = await asyncio.to_thread(main, ["list", "workloads", "--kubeconfig", str(kubeconfig)])
+        assert (code, err.getvalue()) == (0, "")
+        rows = {line.split()[2]: line.split() for line in out.getvalue().splitlines()[1:]}
+        assert (rows["zz-second"][5], rows["zz-second"][6]) == ("PENDING", "0")
+        assert (rows["aa-third"][5], rows["aa-third"][6]) == ("PENDING", "1")

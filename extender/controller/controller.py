@@ -28,18 +28,18 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodKind, PodOwners,
-                                                        controller_ref, informer_lookup, managed_kinds,
-                                                        without_finalizer)
+from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners,
+                                                        controller_ref, informer_lookup, managed_kinds)
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadEvents
+from gpuqueue.extender.controller.pod_group_events import PodGroupEvents
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import GROUP_KIND, PodGroupKind, with_groups
-from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
+from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.jobframework.integration import Finished
 from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
@@ -55,7 +55,7 @@ from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_
 log = logging.getLogger("gpuqueue.controller")
 
 
-class Controller(RebuildFromApi, WorkloadEvents):
+class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
     def __init__(self, api: client.ApiClient, options: Options | None = None, metrics: Metrics | None = None,
                  identity: str = "gpuqueue") -> None:
         self.api = api
@@ -326,62 +326,6 @@ class Controller(RebuildFromApi, WorkloadEvents):
         self.following.follow(st, job)
         self._steer(st, job)
         self.job_steering.poke(st.uid)
-
-    def _on_lws(self, lws: dict, kind: LwsGroupKind) -> None:
-        """A LeaderWorkerSet seen or changed: its groups are judged again (its pods may have come first)."""
-        meta = lws["metadata"]
-        prefix = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}-"
-        self._on_groups({g.key for g in kind.groups.groups()
-                         if g.key.startswith(prefix) and g.key[len(prefix):].isdigit()}, kind)
-
-    def _on_group_pod(self, pod: dict, kind: PodGroupKind, gone: bool) -> None:
-        """A pod of a group changed: its group is judged again as a whole (a group has no object
-        of its own); a group whose pods are all gone departs as a deleted object does."""
-        self._on_groups(kind.groups.on_pod_delete(pod) if gone else kind.groups.on_pod(pod), kind)
-        group = kind.groups.key_of(pod)
-        if not gone and group is not None and self.recovered and self.kinds_by_kind.get(kind.kind.kind) is kind \
-                and self.jobs.get(kind.key(*group.split("/", 1))) is None:  # (Kueue: only while none is made)
-            message = kind.groups.compose_error(pod)
-            if message is not None:
-                meta = pod["metadata"]
-                self.events.on_pod(meta["namespace"], meta["name"], meta.get("uid", ""), "ErrWorkloadCompose", message)
-
-    def _on_groups(self, changed: set[str], kind: PodGroupKind) -> None:
-        if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
-            return
-        for key in changed:
-            obj = kind.cache.get(key)
-            if obj is not None:
-                self._on_job(obj, kind=kind)
-                self.job_steering.delete_excess(kind.excess(obj))
-                st = self.jobs.get(kind.key(obj["metadata"]["namespace"], obj["metadata"]["name"]))
-                wl = self.owned.find(obj["metadata"]["namespace"], obj["metadata"]["uid"], st.wl_name) if st else None
-                if wl is not None and {r["uid"] for r in kind.owner_references(obj)} - {
-                        r.get("uid") for r in wl["metadata"].get("ownerReferences") or ()}:
-                    self.workload_writes.add_owners(st)
-                continue
-            namespace, name = key.split("/", 1)
-            st = self.jobs.get(kind.key(namespace, name))
-            if st is not None:
-                self._depart(st)
-                self.mark_dirty()
-
-    def _release_pod(self, key: str, pod: dict) -> None:
-        """Kueue's finalizer off a pod that holds nothing any more, after whatever its Workload's
-        writes are (its end is recorded first; a deleted pod then goes, and its Workload with it)."""
-        uid = pod["metadata"]["uid"]
-
-        async def write():
-            def change(live: dict) -> dict | None:
-                return without_finalizer(live) if live["metadata"].get("uid") == uid else None
-            try:
-                await read_modify_write(self.kube, K.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"],
-                                        None, change)
-            except Exception as exc:
-                if not is_status(exc, 404):
-                    raise
-
-        self.writes.chain(key, write)
 
     def _steer(self, st: JobState, job: dict) -> None:
         """Kueue's steps 7 and 8, on every change of the Job: an admitted Job suspended by someone

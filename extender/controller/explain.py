@@ -18,7 +18,7 @@ from gpuqueue.extender.controller.view import CacheView
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import Admitted, NotAdmitted
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
-from gpuqueue.access import VISIBILITY
+from gpuqueue.kueuectl.client import pending_workloads, visibility_unavailable
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")
@@ -146,20 +146,11 @@ async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementC
     return explain(job, wl, workloads, lqs, cqs, position, pods, enforcement)
 
 
-async def _position(kube: KubeApi, wl: dict, page: int = 1000) -> dict | str | None:
-    """Its item in its LocalQueue's pending workloads, paged through (None: not pending there)."""
-    ns, lq = wl["metadata"]["namespace"], wl["spec"].get("queueName", "")
-    path = f"/apis/{VISIBILITY}/v1beta1/namespaces/{ns}/localqueues/{lq}/pendingworkloads"
-    offset = 0
-    while True:
-        try:
-            items = (await kube.request("GET", path, query=[("offset", str(offset)), ("limit", str(page))]))["items"]
-        except Exception as exc:  # noqa: BLE001
-            code = getattr(exc, "status", None)
-            return f"the visibility API answered {code}: is manifests/visibility applied?" if code else str(exc)
-        for item in items:
-            if item["metadata"]["name"] == wl["metadata"]["name"]:
-                return item
-        if len(items) < page:
-            return None
-        offset += page
+async def _position(kube: KubeApi, wl: dict) -> dict | str | None:
+    """Its item in its LocalQueue's pending workloads (None: not pending there), or why the
+    visibility API could not say."""
+    try:
+        items = await pending_workloads(kube.api, wl["metadata"]["namespace"], wl["spec"].get("queueName", ""))
+    except Exception as exc:  # noqa: BLE001
+        return visibility_unavailable(exc)
+    return next((item for item in items if item["metadata"]["name"] == wl["metadata"]["name"]), None)

@@ -51,6 +51,7 @@ class Kueue:
         from kubernetes_asyncio import client
 
         api.user_agent = USER_AGENT
+        self.api = api
         self.objects = client.CustomObjectsApi(api)
 
     async def list(self, res: Resource, namespace: str | None, label_selector: str = "",
@@ -91,3 +92,29 @@ class Kueue:
         kw = {"dry_run": "All"} if dry_run else {}
         return await self.objects.create_namespaced_custom_object(KUEUE_GROUP, VERSION, namespace, res.plural,
                                                                   body, **kw)
+
+
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
+
+
+def visibility_unavailable(exc: BaseException) -> str:
+    """Why the visibility API did not answer, in a phrase."""
+    code = getattr(exc, "status", None)
+    return f"the visibility API answered {code}: is manifests/visibility applied?" if code else str(exc)
+
+
+async def pending_workloads(api: Any, namespace: str, local_queue: str, page: int = 1000) -> list[dict]:
+    """Kueue's visibility API: the LocalQueue's pending workloads (PendingWorkloadsSummary items,
+    with their positions), every page, in its order. `api`: a kubernetes_asyncio ApiClient. Raises
+    what the call raises (an ApiException 404: no such LocalQueue, or the API not served)."""
+    path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+    items: list[dict] = []
+    while True:
+        answer = await api.call_api(path, "GET", query_params=[("offset", len(items)), ("limit", page)],
+                                    header_params={"Accept": "application/json"}, response_types_map={200: "object"},
+                                    auth_settings=["BearerToken"], _return_http_data_only=True)
+        got = (answer or {}).get("items") or []
+        items.extend(got)
+        if len(got) < page:
+            return items
+

@@ -7,7 +7,8 @@ import sys
 
 from gpuqueue.kueuectl import UsageError
 from gpuqueue.kueuectl import workloads as W
-from gpuqueue.kueuectl.client import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Kueue
+from gpuqueue.kueuectl.client import (CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, Kueue, pending_workloads,
+                                      visibility_unavailable)
 from gpuqueue.kueuectl.table import render_table, since, utc_now
 
 
@@ -33,7 +34,7 @@ async def list_workloads(kueue: Kueue, args: argparse.Namespace) -> None:
     local_queues = {_key(lq): lq for lq in await kueue.list(LOCAL_QUEUES, ns)}
     statuses = set(args.status or ())
     owner = _owner(args.for_object) if args.for_object else None
-    place = W.positions(everyone)
+    place = await _positions(kueue, everyone, shown)
     now = utc_now()
     rows = []
     for wl in shown:
@@ -48,6 +49,28 @@ async def list_workloads(kueue: Kueue, args: argparse.Namespace) -> None:
         cells = W.row(wl, local_queues, place, now)
         rows.append(([wl["metadata"]["namespace"]] if args.all_namespaces else []) + cells)
     _print(args, W.HEADERS, rows, namespaced=True)
+
+
+async def _positions(kueue: Kueue, everyone: list[dict], shown: list[dict]) -> dict[str, int]:
+    """namespace/name -> POSITION IN QUEUE: positionInLocalQueue from the visibility API (the
+    engine's own order), for each LocalQueue with a pending Workload shown, as kueuectl asks it;
+    where the API does not answer, computed from the Workloads (W.positions), said on stderr once."""
+    place = W.positions(everyone)
+    queues = sorted({(wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
+                     for wl in shown if W.status(wl) == W.PENDING})
+    for namespace, queue in queues:
+        try:
+            items = await pending_workloads(kueue.api, namespace, queue)
+        except Exception as exc:  # noqa: BLE001 - the positions then come from the Workloads
+            print(f"gpuqueue list: POSITION IN QUEUE from the Workloads' own order ({visibility_unavailable(exc)})",
+                  file=sys.stderr)
+            return place
+        for wl in everyone:  # the API's word replaces the computed one for the whole LocalQueue
+            if wl["metadata"]["namespace"] == namespace and (wl.get("spec") or {}).get("queueName", "") == queue:
+                place.pop(_key(wl), None)
+        for item in items:
+            place[f"{namespace}/{item['metadata']['name']}"] = int(item["positionInLocalQueue"])
+    return place
 
 
 def _owner(spec: str) -> tuple[str, str | None, str]:
