@@ -76,18 +76,23 @@ class WorkloadRecordKeeping:
                 wl["spec"] = {**(wl.get("spec") or {}), "podSets": pod_sets, "queueName": st.queue_name}
                 return wl
 
-            try:
-                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
-                                                  self.workloads.get(st), change, protect=W.status_copy)
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return
-                raise
-            if updated is not None:
-                self.events.event(st, "UpdatedWorkload",
-                                  f"Updated not matching Workload for suspended job: {st.namespace}/{st.wl_name}")
+            await self._write_spec(st, change, f"Updated not matching Workload for suspended job: "
+                                               f"{st.namespace}/{st.wl_name}")
 
         self.writes.chain(st.key, write)
+
+    async def _write_spec(self, st: JobState, change, event_message: str) -> None:
+        """A spec change of the Job's Workload (a live read where the cache is stale), then the
+        Job's `UpdatedWorkload` Event if it was written; a Workload gone meanwhile is left."""
+        try:
+            updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
+                                              self.workloads.get(st), change, protect=W.status_copy)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return
+            raise
+        if updated is not None:
+            self.events.event(st, "UpdatedWorkload", event_message)
 
     def update_priority(self, st: JobState, class_name: str, value: int) -> None:
         """The Workload takes the WorkloadPriorityClass its Job's label names now, and its value
@@ -107,15 +112,7 @@ class WorkloadRecordKeeping:
                 wl["spec"] = {**spec, "priority": value, "priorityClassRef": W.workload_priority_class_ref(class_name)}
                 return wl
 
-            try:
-                updated = await read_modify_write(self.kube, K.WORKLOADS, st.namespace, st.wl_name,
-                                                  self.workloads.get(st), change, protect=W.status_copy)
-            except Exception as exc:
-                if is_status(exc, 404):
-                    return
-                raise
-            if updated is not None:
-                self.events.event(st, "UpdatedWorkload", f"Updated workload priority class: {st.namespace}/{st.wl_name}")
+            await self._write_spec(st, change, f"Updated workload priority class: {st.namespace}/{st.wl_name}")
 
         self.writes.chain(st.key, write)
 
