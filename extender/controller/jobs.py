@@ -301,7 +301,7 @@ class JobSteering:
 
     def delete_excess(self, pods: list[dict]) -> None:
         """A group's pods beyond its total count, deleted as Kueue deletes them (the newest); each
-        then loses Kueue's finalizer as any pod deleted while gated does (`releasable`)."""
+        then loses Kueue's finalizer once it has ended (`pods.ended`, `releasable`)."""
         for pod in pods:
             meta = pod["metadata"]
             uid = meta.get("uid", "")

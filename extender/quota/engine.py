@@ -13,7 +13,6 @@ same step, so no other workload can slip into it.
 from __future__ import annotations
 
 import dataclasses
-
 import heapq
 from dataclasses import dataclass
 
