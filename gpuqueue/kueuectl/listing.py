@@ -58,13 +58,16 @@ async def _positions(kueue: Kueue, everyone: list[dict], shown: list[dict]) -> d
     place = W.positions(everyone)
     queues = sorted({(wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", ""))
                      for wl in shown if W.status(wl) == W.PENDING})
+    warned = False
     for namespace, queue in queues:
         try:
             items = await pending_workloads(kueue.api, namespace, queue)
-        except Exception as exc:  # noqa: BLE001 - the positions then come from the Workloads
-            print(f"gpuqueue list: POSITION IN QUEUE from the Workloads' own order ({visibility_unavailable(exc)})",
-                  file=sys.stderr)
-            return place
+        except Exception as exc:  # noqa: BLE001 - this queue's positions then come from the Workloads
+            if not warned:
+                print(f"gpuqueue list: POSITION IN QUEUE from the Workloads' own order ({visibility_unavailable(exc)})",
+                      file=sys.stderr)
+                warned = True
+            continue
         for wl in everyone:  # the API's word replaces the computed one for the whole LocalQueue
             if wl["metadata"]["namespace"] == namespace and (wl.get("spec") or {}).get("queueName", "") == queue:
                 place.pop(_key(wl), None)
