@@ -264,3 +264,56 @@ async def test_a_preempted_group_whose_pods_never_got_a_node_frees_its_quota_at_
         await eventually(lambda: not sweep.pods() and sweep.workload() is None, what="the group and its Workload gone")
         await no_violation(h, ctl=h.controllers[0])
 
+
+
+async def test_a_group_that_does_not_retry_is_finished_once_every_pod_ended():
+    """`kueue.x-k8s.io/retriable-in-group: "false"`: no failed pod is replaced, so once every pod of
+    the group has ended its Workload is finished (Kueue's words: the count that succeeded) and its
+    quota goes to the next - it was held for as long as the ended pods existed."""
+    async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        once = GroupLife(h, "once")
+        for i in range(2):
+            pod = group_pod(f"once-{i}", "once", 2, 2)
+            pod["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] = "false"
+            once.names.append(pod["metadata"]["name"])
+            await h.kube.create(K.PODS, "team-a", pod)
+        await eventually(once.all_ungated, what="admitted")
+        waiting = preemptor(4)
+        waiting["metadata"]["name"] = "next"
+        del waiting["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]  # not above the group: it waits
+        await h.submit(waiting)
+        await asyncio.sleep(0.3)
+        assert not h.running("team-a", "next")
+        await once.phase("once-0", "Succeeded")
+        await once.phase("once-1", "Failed")
+        await eventually(lambda: W.is_true(once.workload(), "Finished"), what="the group's Workload finished")
+        finished = W.condition(once.workload(), "Finished")
+        assert (finished["reason"], finished["message"]) == ("Succeeded", "Pods succeeded: 1/2.")
+        await eventually(lambda: h.running("team-a", "next"), what="the next Job admitted in its room")
+        await no_violation(h, ctl)
+
+
+async def test_a_failed_pod_of_a_running_group_is_replaced_within_its_admission():
+    """Retriable (Kueue's default): a pod of an admitted group fails and its owner makes another;
+    the new pod joins the group's Workload and is ungated with its flavor, the quota unchanged."""
+    async with Harness(kubernetes_minor=27) as h:
+        h.bind_ungated_pods()
+        for obj in quota_objects(4):
+            await h.apply(obj)
+        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        train = GroupLife(h, "train")
+        for i in range(2):
+            await train.create(f"train-{i}", 2, 2)
+        await eventually(train.all_ungated, what="admitted")
+        await train.phase("train-1", "Failed")
+        await train.create("train-1b", 2, 2)
+        await eventually(lambda: train.pod("train-1b") and not pods.is_gated(train.pod("train-1b")),
+                         what="the replacement ungated")
+        assert train.pod("train-1b")["spec"]["nodeSelector"] == {"team": "a", **GH200}
+        assert "train-1b" in {r["name"] for r in train.workload()["metadata"]["ownerReferences"]}
+        assert W.is_true(train.workload(), "Admitted") and not W.is_true(train.workload(), "Finished")
+        await no_violation(h, ctl)

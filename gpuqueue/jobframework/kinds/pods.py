@@ -40,6 +40,7 @@ ROLE_HASH = "kueue.x-k8s.io/role-hash"
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 GROUP_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
 GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
+RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"  # "false": a failed pod is not replaced
 POD_INDEX_LABEL_ANNOTATION = "kueue.x-k8s.io/pod-group-pod-index-label"
 IS_GROUP_WORKLOAD = "kueue.x-k8s.io/is-group-workload"
 MAIN = "main"
@@ -169,13 +170,18 @@ def group_pod_sets(pods: Iterable[Mapping[str, Any]]) -> list[PodSet]:
 
 
 def group_finished(pods: Iterable[Mapping[str, Any]]) -> Finished | None:
-    """Kueue's rule: finished when as many pods succeeded as the group counts."""
+    """Kueue's rule: finished when as many pods succeeded as the group counts - or, for a group a
+    pod of which says `kueue.x-k8s.io/retriable-in-group: "false"`, once every pod has terminated
+    (no failed pod of it is replaced; its Workload, finished, gives its quota back). Kueue writes
+    both with reason Succeeded and the count that did succeed."""
     pods = list(pods)
     if not pods:
         return None
     total = group_total_count(pods[0])
     succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-    if succeeded < total:
+    unretriable = any(((p.get("metadata") or {}).get("annotations") or {}).get(RETRIABLE_IN_GROUP) == "false"
+                      for p in pods)
+    if succeeded < total and not (unretriable and all(is_terminated(p) for p in pods)):
         return None
     return Finished(True, f"Pods succeeded: {succeeded}/{total}.")
 
