@@ -68,6 +68,16 @@ class GroupLife:
         await eventually(lambda: self.h.running("team-a", "urgent"), what="the preemptor admitted")
 
 
+async def pod_controller(h: Harness, bind: bool = True):
+    """A ClusterQueue of 4 GPUs, the controller queueing pods and groups, and (`bind`)
+    kube-scheduler's part played: an ungated pod gets a node."""
+    if bind:
+        h.bind_ungated_pods()
+    for obj in quota_objects(4):
+        await h.apply(obj)
+    return await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+
+
 def pod_events(h: Harness, name: str) -> list[tuple[str, str, str]]:
     return [(e["type"], e["reason"], e["message"]) for e in h.api.cluster.store.kind("events").values()
             if e["involvedObject"].get("kind") == "Pod" and e["involvedObject"].get("name") == name]
@@ -82,10 +92,7 @@ async def no_violation(h: Harness, ctl) -> None:
 
 async def test_a_pod_groups_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        ctl = await pod_controller(h)
         sweep = GroupLife(h, "sweep")
         leader = await sweep.create("sweep-leader", 2, 3)
         await sweep.create("sweep-w0", 1, 3)
@@ -232,10 +239,7 @@ async def test_a_pod_of_a_pending_group_ungated_by_its_tenant_is_deleted():
     Workload holds no reservation runs without an admission: the controller stops the group (a
     pod cannot be suspended: its pods are deleted), as it stops a single pod."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await pod_controller(h)
         big = GroupLife(h, "big")
         for i in range(2):
             await big.create(f"big-{i}", 4, 2)  # 8 GPUs: more than the ClusterQueue has
@@ -252,9 +256,7 @@ async def test_a_preempted_group_whose_pods_never_got_a_node_frees_its_quota_at_
     """Admitted (ungated) but not bound, then preempted: its pods, deleted, can never run, so their
     finalizers go at once and the preemptor is admitted without waiting for a kubelet."""
     async with Harness(kubernetes_minor=27) as h:
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await pod_controller(h, bind=False)
         sweep = GroupLife(h, "sweep")
         for i in range(2):
             await sweep.create(f"sweep-{i}", 2, 2)
@@ -271,10 +273,7 @@ async def test_a_group_that_does_not_retry_is_finished_once_every_pod_ended():
     the group has ended its Workload is finished (Kueue's words: the count that succeeded) and its
     quota goes to the next - it was held for as long as the ended pods existed."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        ctl = await pod_controller(h)
         once = GroupLife(h, "once")
         for i in range(2):
             pod = group_pod(f"once-{i}", "once", 2, 2)
@@ -301,10 +300,7 @@ async def test_a_failed_pod_of_a_running_group_is_replaced_within_its_admission(
     """Retriable (Kueue's default): a pod of an admitted group fails and its owner makes another;
     the new pod joins the group's Workload and is ungated with its flavor, the quota unchanged."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        ctl = await pod_controller(h)
         train = GroupLife(h, "train")
         for i in range(2):
             await train.create(f"train-{i}", 2, 2)
