@@ -16,8 +16,8 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.test_controller_kinds import GH200, WORKLOADS, preemptor, quota_objects
-from tests.test_controller_pods import FRAMEWORKS, create_marked, end_pod, plain_pod
+from tests.test_controller_kinds import GH200, WORKLOADS, preemptor
+from tests.test_controller_pods import FRAMEWORKS, create_marked, end_pod, plain_pod, pod_controller
 
 
 def group_pod(name: str, group: str, gpus: int, total: int) -> dict:
@@ -66,16 +66,6 @@ class GroupLife:
         assert not self.h.running("team-a", "urgent"), "the preemptor waits for the group's last pod"
         await self.phase(last, "Failed")
         await eventually(lambda: self.h.running("team-a", "urgent"), what="the preemptor admitted")
-
-
-async def pod_controller(h: Harness, bind: bool = True):
-    """A ClusterQueue of 4 GPUs, the controller queueing pods and groups, and (`bind`)
-    kube-scheduler's part played: an ungated pod gets a node."""
-    if bind:
-        h.bind_ungated_pods()
-    for obj in quota_objects(4):
-        await h.apply(obj)
-    return await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
 
 
 def pod_events(h: Harness, name: str) -> list[tuple[str, str, str]]:
@@ -161,11 +151,7 @@ async def test_a_statefulsets_pods_are_one_group_through_the_controller():
     as they come; preempted, every pod is deleted and the quota held until all ended; the pods
     its controller makes again wait gated for quota, and run once it is free."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(
-            FAST, integrations=IntegrationsConfig(("batch/job", "pod", "statefulset"))))
+        ctl = await pod_controller(h, frameworks=IntegrationsConfig(("batch/job", "pod", "statefulset")))
         sts = await create_marked(h, "statefulset", {
             "apiVersion": "apps/v1", "kind": "StatefulSet",
             "metadata": {"namespace": "team-a", "name": "shard", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
@@ -211,11 +197,8 @@ async def test_an_admitted_group_is_kept_across_a_controller_restart():
     admission stands (no second Workload, no pod gated again), and a preemption after the
     restart still waits for every pod of the group."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)
-        ctl = await h.controller(options)
+        ctl = await pod_controller(h)
+        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)  # the next leader's
         sweep = GroupLife(h, "sweep")
         for i in range(2):
             await sweep.create(f"sweep-{i}", 2, 2)

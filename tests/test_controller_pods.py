@@ -32,6 +32,17 @@ def plain_pod(name: str, gpus: int, queue: str = "default") -> dict:
     return pods.gated(pod)
 
 
+async def pod_controller(h: Harness, gpus: int = 4, frameworks: IntegrationsConfig = FRAMEWORKS,
+                         bind: bool = True):
+    """A ClusterQueue of `gpus` GPUs, the controller queueing the `frameworks`' kinds, and (`bind`)
+    kube-scheduler's part played: an ungated pod gets a node."""
+    if bind:
+        h.bind_ungated_pods()
+    for obj in quota_objects(gpus):
+        await h.apply(obj)
+    return await h.controller(dataclasses.replace(FAST, integrations=frameworks))
+
+
 class PodLife:
     def __init__(self, h: Harness, name: str) -> None:
         self.h, self.name = h, name
@@ -65,10 +76,7 @@ async def end_pod(h: Harness, name: str, phase: str) -> None:
 
 async def test_a_plain_pods_whole_life_through_the_controller():
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        ctl = await pod_controller(h)
         notebook = PodLife(h, "notebook")
         await notebook.create(4)
         # its Workload: Kueue's name, controlled by the pod, one pod set `main` of 1
@@ -129,10 +137,7 @@ async def test_a_pod_without_the_managed_label_is_not_queued():
     """Only what the webhook gated is the pod integration's (Kueue's managed label): a Job's pods,
     and a pod created before the integration, are not."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await pod_controller(h)
         pod = plain_pod("unmarked", 1)
         del pod["metadata"]["labels"][pods.MANAGED_LABEL]
         await h.kube.create(K.PODS, "team-a", pod)
@@ -185,11 +190,7 @@ async def test_a_deployments_pods_are_each_a_workload_of_their_own():
     """As Kueue: the Deployment's template marked by the webhook, each of its pods queued as a
     plain pod; a preempted one is deleted, its replacement waits gated for quota."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(8):
-            await h.apply(obj)
-        ctl = await h.controller(dataclasses.replace(
-            FAST, integrations=IntegrationsConfig(("batch/job", "pod", "deployment"))))
+        ctl = await pod_controller(h, 8, IntegrationsConfig(("batch/job", "pod", "deployment")))
         deployment = await create_marked(h, "deployment", {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"namespace": "team-a", "name": "serve", "labels": {"kueue.x-k8s.io/queue-name": "default"}},
@@ -238,10 +239,7 @@ async def test_a_running_pod_deleted_by_its_owner_holds_its_quota_until_it_ended
     """Its Workload goes with it, but another pod is admitted to its GPUs only once its containers
     ended (Kueue's finalizer keeps it until then; the controller removes it)."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await pod_controller(h)
         first, second = PodLife(h, "first"), PodLife(h, "second")
         await first.create(4)
         await eventually(first.ungated, what="the first admitted")
@@ -265,9 +263,7 @@ async def test_a_preempted_pod_that_never_got_a_node_frees_its_quota_at_once():
     the preemptor is admitted without waiting for a kubelet that will never act on it (the pod
     stayed Terminating for ever, holding its quota, and the preemptor waited for ever)."""
     async with Harness(kubernetes_minor=27) as h:
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        await h.controller(dataclasses.replace(FAST, integrations=FRAMEWORKS))
+        await pod_controller(h, bind=False)
         stuck = PodLife(h, "stuck")
         await stuck.create(4)
         await eventually(stuck.ungated, what="admitted")
@@ -282,11 +278,8 @@ async def test_a_preempted_pod_that_never_got_a_node_frees_its_quota_at_once():
 async def test_a_pod_that_ended_while_no_controller_ran_is_finished_and_released():
     """The next leader finishes its Workload and removes Kueue's finalizer from what it lists."""
     async with Harness(kubernetes_minor=27) as h:
-        h.bind_ungated_pods()
-        for obj in quota_objects(4):
-            await h.apply(obj)
-        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)
-        ctl = await h.controller(options)
+        ctl = await pod_controller(h)
+        options = dataclasses.replace(FAST, integrations=FRAMEWORKS)  # the next leader's
         life = PodLife(h, "notebook")
         await life.create(4)
         await eventually(life.ungated, what="admitted")
