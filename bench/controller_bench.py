@@ -20,11 +20,9 @@ import contextlib
 import copy
 import dataclasses
 import multiprocessing as mp
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 from kubernetes_asyncio import client  # noqa: E402
 

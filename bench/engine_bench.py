@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 import random
 import statistics
 import time

@@ -39,12 +39,11 @@ import os
 import random
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
@@ -57,10 +56,11 @@ from gpuqueue.extender.scheduler import InMemoryClusterView, routes  # noqa: E40
 from gpuqueue.extender.scheduler.memo import PodMemo  # noqa: E402
 from gpuqueue.extender.scheduler.http11 import JSON, Answer, Route, Server  # noqa: E402
 from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
+from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests/fixtures/k8s-1.24/extender/filter.request.nodeCacheCapable-true.3-nodes.json"
+FIXTURE = shared_fixtures.FIXTURES / "k8s-1.24/extender/filter.request.nodeCacheCapable-true.3-nodes.json"
 FLAVORS = {
     "gh200": ({"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}, 4),
     "h100": ({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, 8),
@@ -287,6 +287,7 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true",
                     help="let the OS move the server and the client between CPUs (default: one CPU each)")
     args = ap.parse_args()
+    shared_fixtures.require_for_script("bench/extender_bench.py")
     if not args.no_pin:
         pin(LOAD_CPU)
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -42,8 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402

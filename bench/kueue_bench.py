@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 from gpuqueue.extender.simulate.runner import Simulation  # noqa: E402
 from gpuqueue.extender.simulate.scenario import load_scenario  # noqa: E402

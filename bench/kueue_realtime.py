@@ -43,8 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402

@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import sys
 import tracemalloc
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 import orjson  # noqa: E402
 from kubernetes_asyncio import client  # noqa: E402

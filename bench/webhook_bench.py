@@ -32,20 +32,20 @@ import shutil
 import ssl
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
+FIXTURE = shared_fixtures.FIXTURES / "k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
 PATH = "/mutate-batch-v1-job"
 
 
@@ -197,6 +197,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="bare and webhook alternate this many times; medians reported")
     ap.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk is there")
     args = ap.parse_args()
+    shared_fixtures.require_for_script("bench/webhook_bench.py")
 
     from gpuqueue.certs.generate import ServingIdentity, generate, write_files
     from gpuqueue.webhook import review

@@ -28,14 +28,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
 
+from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 # The attackers connect from 127.0.0.2, the reviews (kube-apiserver's part) from 127.0.0.1: two
 # clients, as a tenant's pod and the API server are.
 ATTACKER = "127.0.0.2"
-REVIEW = ROOT / "tests/fixtures/k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
+REVIEW = shared_fixtures.FIXTURES / "k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
 TRICKLE = (b"POST /mutate-batch-v1-job?timeout=10s HTTP/1.1\r\nHost: gpuqueue-webhook.gpuqueue-system.svc:443\r\n"
            b"Content-Type: application/json\r\nAccept: application/json, */*\r\n" + b"X-Padding: " + b"a" * 4000)
 
@@ -243,6 +244,7 @@ def main() -> None:
     p.add_argument("--reconnect", action="store_true", help="each client reconnects (after 50 ms) when closed")
     p.add_argument("--webhook-arg", action="append", default=[], help="extra argument for `gpuqueue webhook`")
     print(json.dumps(asyncio.run(run(p.parse_args())), indent=2))
+    shared_fixtures.require_for_script("bench/webhook_slowloris.py")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """kube-apiserver's side of admission, for tests: AdmissionReviews shaped as a 1.24 API server sends
-them (tests/fixtures/k8s-1.24/admission/ shows the envelope), and ``AdmissionChain``, which routes
+them (shared/fixtures/k8s-1.24/admission/ shows the envelope), and ``AdmissionChain``, which routes
 a write through the webhooks of manifests/webhook/webhookconfigurations.yaml as the API server does
 - rules, namespaceSelector and objectSelector decide which webhooks are called; the mutating ones
 run first and their JSONPatches are applied, then the validating ones see the result; the first

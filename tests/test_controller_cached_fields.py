@@ -1,5 +1,5 @@
 """The controller's cache transforms (extender/controller/cached_fields.py) drop nothing a reader
-uses: recorded Kubernetes 1.24 objects (tests/fixtures/k8s-1.24), and variants of them carrying
+uses: recorded Kubernetes 1.24 objects (shared/fixtures/k8s-1.24), and variants of them carrying
 the fields a pod may have (init containers, sidecars, overhead, a custom scheduler, deletion,
 affinity...), go through every reader of the caches twice - into a controller whose informers
 transform, and into one whose informers keep the objects whole - and every answer must be the same:
@@ -15,7 +15,6 @@ transform, and into one whose informers keep the objects whole - and every answe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import orjson
 import pytest
@@ -33,15 +32,15 @@ from gpuqueue.extender.placement.kube import node_info_from_dict
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import CachedPod, controller_uid
 from gpuqueue.extender.quota.model import FlavorSpec
+from tests.shared_fixtures import k8s_recording
 from tests.standin import resources as R
 from tests.standin.registry import Cluster
 
-FIX = Path(__file__).parent / "fixtures" / "k8s-1.24"
 GPU = "nvidia.com/gpu"
 
 
 def _load(rel: str):
-    return json.loads((FIX / rel).read_text())
+    return json.loads(k8s_recording(rel).read_text())
 
 
 def copy(obj):
@@ -49,13 +48,13 @@ def copy(obj):
 
 
 def recorded_jobs() -> list[dict]:
-    files = sorted((FIX / "job-lifecycle").glob("*.json")) + sorted((FIX / "admission").glob("job-stored-*.json"))
+    files = sorted(k8s_recording("job-lifecycle").glob("*.json")) + sorted(k8s_recording("admission").glob("job-stored-*.json"))
     jobs = [json.loads(f.read_text()) for f in files]
     return [j for j in jobs if isinstance(j, dict) and j.get("kind") == "Job" and "status" in j]
 
 
 def recorded_pod_lists() -> list[list[dict]]:
-    return [_load(f"job-lifecycle/{f.name}")["items"] for f in sorted((FIX / "job-lifecycle").glob("*podlist.json"))]
+    return [_load(f"job-lifecycle/{f.name}")["items"] for f in sorted(k8s_recording("job-lifecycle").glob("*podlist.json"))]
 
 
 def recorded_nodes() -> list[dict]:

@@ -1,5 +1,5 @@
 """Every kind with a suspend flag, queued by the controller, against the stand-in serving the kind's
-published CRD (tests/fixtures/crds), its own controller stood in for by tests/kind_controllers.py:
+published CRD (shared/fixtures/crds), its own controller stood in for by tests/kind_controllers.py:
 created suspended (as the webhook leaves it), its Workload created with Kueue's name and its pod
 sets, admitted with a flavor per pod set (each template carries its own flavor's nodeSelector),
 running, preempted by a higher-priority Job and requeued (suspended, its pods gone before the

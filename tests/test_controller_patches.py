@@ -4,7 +4,6 @@ a stale object is refused with 409, as a stale PUT is, and made again from a liv
 written over a record the controller has not seen - not a reservation, not a Job's template."""
 
 import json
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,9 +12,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.records import read_modify_write
+from tests.shared_fixtures import k8s_recording
 from tests.controller_support import Harness, eventually, scenario, together_one_pending
 
-FIX = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api"
 
 
 async def test_a_merge_patch_with_a_stale_resource_version_gets_409_as_a_stale_put_does():
@@ -27,7 +26,7 @@ async def test_a_merge_patch_with_a_stale_resource_version_gets_409_as_a_stale_p
         with pytest.raises(ApiException) as refused:
             await h.kube.merge_patch(K.JOBS, "default", name, {"metadata": {"resourceVersion": stale},
                                                                "spec": {"suspend": False}})
-        recorded = json.loads((FIX / "job.update-with-stale-resourceVersion.409-conflict.json").read_text())
+        recorded = json.loads(k8s_recording("api", "job.update-with-stale-resourceVersion.409-conflict.json").read_text())
         body = json.loads(refused.value.body)
         assert refused.value.status == 409
         assert {k: body[k] for k in ("reason", "code", "status")} == {"reason": "Conflict", "code": 409,

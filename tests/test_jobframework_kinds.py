@@ -1,5 +1,5 @@
 """Each integration against objects its kind's published CRD accepts: the stand-in serves the CRDs
-(tests/fixtures/crds) and validates every object created and every edit the integration makes
+(shared/fixtures/crds) and validates every object created and every edit the integration makes
 (create, run with the flavors, suspend, restore, status) against the CRD's schema, as a 1.24
 API server would."""
 

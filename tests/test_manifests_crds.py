@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from manifests.tools import crd_validate, gen_crds
+from tests.shared_fixtures import k8s_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "manifests" / "examples"
-FIXTURES = ROOT / "tests" / "fixtures" / "k8s-1.24"
 KINDS = {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass"}
 
 
@@ -230,9 +230,9 @@ def test_the_seed_quota_is_verbatim_from_the_guide():
 
 
 def test_fixture_objects_from_a_real_apiserver_validate():
-    review = json.loads((FIXTURES / "admission" / "validating-review-request.clusterqueue-create.json").read_text())
+    review = json.loads(k8s_recording("admission", "validating-review-request.clusterqueue-create.json").read_text())
     assert crd_validate.errors(review["request"]["object"]) == []
-    stored = json.loads((FIXTURES / "api" / "clusterqueue.get-after-status-patches.200.json").read_text())
+    stored = json.loads(k8s_recording("api", "clusterqueue.get-after-status-patches.200.json").read_text())
     assert crd_validate.errors(stored) == []
 
 

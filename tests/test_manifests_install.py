@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from manifests.tools import render
+from tests.shared_fixtures import k8s_recording
 from tests.admission_support import matching_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-FIXTURES = ROOT / "tests" / "fixtures" / "k8s-1.24"
 NS = "gpuqueue-system"
 # kubernetes-validate ships schemas for 1.25 onwards; 1.24 (the fixtures' version) is not
 # available offline, so check the oldest and newest it has.
@@ -423,7 +423,7 @@ TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certDa
 @pytest.mark.parametrize("key", ["config.yaml", "config-v1beta3.yaml"])
 def test_scheduler_extender_entry(key):
     config = yaml.safe_load(find("ConfigMap", "gpuqueue-scheduler-config")["data"][key])
-    accepted = yaml.safe_load((FIXTURES / "extender" / "kube-scheduler-config.extender.nodeCacheCapable-true.yaml").read_text())
+    accepted = yaml.safe_load(k8s_recording("extender", "kube-scheduler-config.extender.nodeCacheCapable-true.yaml").read_text())
     assert config["kind"] == "KubeSchedulerConfiguration"
     (ours,) = config["extenders"]
     (theirs,) = accepted["extenders"]

@@ -3,7 +3,7 @@ gpuqueue-scheduler (a second kube-scheduler with the extender) and the extender 
 cluster's scheduler. In each mode the install is valid Kubernetes, the Configuration's
 enforcement.schedulerNames sends GPU pods to a scheduler that calls the extender, and
 gpuqueue-scheduler's Deployment, RBAC and configuration agree with each other and with the form a
-real kube-scheduler accepted (tests/fixtures/k8s-1.24/extender/)."""
+real kube-scheduler accepted (shared/fixtures/k8s-1.24/extender/)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import yaml
 
 from gpuqueue import access
 from manifests.tools import render
+from tests.shared_fixtures import k8s_recording
 from tests.test_manifests_install import K8S_VERSIONS, canonical
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-FIXTURES = ROOT / "tests" / "fixtures" / "k8s-1.24" / "extender"
 NS = "gpuqueue-system"
 MODES = ["own-scheduler", "cluster-scheduler"]
 SCHEDULER = "gpuqueue-scheduler"
@@ -258,7 +258,7 @@ def shape(value, path="") -> dict[str, type]:
 @pytest.mark.parametrize("fixture", ["nodeCacheCapable-true", "nodeCacheCapable-false"])
 def test_the_config_has_the_accepted_configurations_fields_and_types(key, fixture):
     ours = scheduler_configs(own())[key]
-    accepted = yaml.safe_load((FIXTURES / f"kube-scheduler-config.extender.{fixture}.yaml").read_text())
+    accepted = yaml.safe_load(k8s_recording("extender", f"kube-scheduler-config.extender.{fixture}.yaml").read_text())
     assert ours["apiVersion"] == CONFIG_KEYS[key] and accepted["apiVersion"] == CONFIG_KEYS["config-v1beta3.yaml"]
     ours.pop("apiVersion"), accepted.pop("apiVersion")
     a, b = shape(ours), shape(accepted)

@@ -1,5 +1,5 @@
 """The extender endpoints over real HTTPS, with request bodies as kube-scheduler 1.24 sent them
-(tests/fixtures/k8s-1.24/extender/), adapted only where a test needs another pod or node."""
+(shared/fixtures/k8s-1.24/extender/), adapted only where a test needs another pod or node."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Tai
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from gpuqueue.extender.scheduler.memory import job_uid
 from gpuqueue.jobframework.enforcement import EnforcementConfig
+from tests.shared_fixtures import k8s_recording
 from tests.extender_support import extender_cert_dir, scheduler_context
 
-FIXTURES = Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 GH = FlavorSelector.of("gh200", GH200)
@@ -28,7 +28,7 @@ OFF = EnforcementConfig(mode="Off")
 
 
 def fixture(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
+    return json.loads(k8s_recording("extender", name).read_text())
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,10 @@ from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from gpuqueue.extender.scheduler.memory import job_uid
 from gpuqueue.jobframework.enforcement import EnforcementConfig
+from tests.shared_fixtures import k8s_recording
 from tests.extender_support import extender_cert_dir, scheduler_context
 from tests.strategies.hostile import HOSTILE_NUMBERS, WRONG_TYPES, json_values, leaf_paths, memory_growth, mutated, replaced, wire
 
-FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "k8s-1.24" / "extender"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -59,7 +59,7 @@ def seed_documents() -> dict[str, list[dict]]:
     of a Job still waiting for quota (each takes a different path through the verbs)."""
     out: dict[str, list[dict]] = {}
     for verb, names in VERB_SEEDS.items():
-        docs = [json.loads((FIXTURES / n).read_text()) for n in names]
+        docs = [json.loads(k8s_recording("extender", n).read_text()) for n in names]
         out[verb] = [d for doc in docs for d in (doc, owned_by(doc, "train"), owned_by(doc, "wait"))]
     return out
 
@@ -186,7 +186,7 @@ async def test_out_of_range_integers_and_wrong_types_in_every_field_of_every_ver
     sent = 0
     for verb, names in VERB_SEEDS.items():
         for name in names:
-            doc = owned_by(json.loads((FIXTURES / name).read_text()), "train")
+            doc = owned_by(json.loads(k8s_recording("extender", name).read_text()), "train")
             for i, path in enumerate(leaf_paths(doc)):
                 numeric = isinstance(_at(doc, path), (int, float)) and not isinstance(_at(doc, path), bool)
                 # every value at a number; two of them, in turn, everywhere else
@@ -195,7 +195,7 @@ async def test_out_of_range_integers_and_wrong_types_in_every_field_of_every_ver
                     await client.answer(verb, wire(replaced(doc, path, value)))
                     sent += 1
     assert sent > 1500
-    doc = json.loads((FIXTURES / VERB_SEEDS["preempt"][0]).read_text())
+    doc = json.loads(k8s_recording("extender", VERB_SEEDS["preempt"][0]).read_text())
     for value in HOSTILE_NUMBERS:
         answer = await client.answer("preempt", wire(replaced(doc, ("NodeNameToMetaVictims", "gh200-node-1",
                                                                     "NumPDBViolations"), value)))
@@ -254,7 +254,7 @@ def _names(n: int) -> list[str]:
 ])
 @pytest.mark.parametrize("job", ["train", "wait", None])
 async def test_huge_and_deep_requests_are_answered_in_time(client, verb, build, job):
-    seed = json.loads((FIXTURES / VERB_SEEDS[verb][1 if verb == "filter" else 0]).read_text())
+    seed = json.loads(k8s_recording("extender", VERB_SEEDS[verb][1 if verb == "filter" else 0]).read_text())
     doc = build(owned_by(seed, job) if job else seed)
     await client.answer(verb, json.dumps(doc).encode())  # orjson stops at 255 levels of nesting
 

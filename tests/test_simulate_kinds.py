@@ -210,6 +210,6 @@ def test_an_invalid_scenario_exits_2_naming_the_field(tmp_path, doc, error):
 
 
 def test_the_field_names_are_the_published_crds():
-    """extender/simulate/crd_fields.json is generated from tests/fixtures/crds: regenerate it with
+    """extender/simulate/crd_fields.json is generated from shared/fixtures/crds: regenerate it with
     `python -m tests.tools.crd_fields` when a CRD changes."""
     assert crd_fields.OUT.read_text() == crd_fields.render()

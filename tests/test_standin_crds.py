@@ -4,9 +4,7 @@ validated against the storage version's schema."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
@@ -16,22 +14,6 @@ from tests.standin import ApiServer
 from tests.standin import crds
 from tests.standin import resources as R
 from tests.workload_kinds import JOBSET, PYTORCHJOB, RAYJOB
-
-VENDORED = Path(__file__).parent / "fixtures" / "crds"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "crds"
-
-
-def test_the_vendored_crds_are_the_published_ones():
-    readme = (VENDORED / "README.md").read_text()
-    sums = dict(reversed(line.split("  ")) for line in readme.splitlines() if len(line.split("  ")) == 2
-                and len(line.split("  ")[0]) == 64)
-    files = sorted(str(p.relative_to(VENDORED)) for p in VENDORED.glob("*/*.yaml"))
-    assert sorted(sums) == files and len(files) == 9
-    for rel in files:
-        data = (VENDORED / rel).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == sums[rel], rel
-        if SHARED.is_dir():
-            assert data == (SHARED / rel).read_bytes(), rel
 
 
 @pytest.fixture

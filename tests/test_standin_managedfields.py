@@ -2,24 +2,23 @@
 what a real 1.24 server adds to every object, so that what clients cache and send has the
 recorded size."""
 import json
-from pathlib import Path
 
 import orjson
 import pytest
 from kubernetes_asyncio import client
 
+from tests.shared_fixtures import k8s_recording
 from tests.standin import ApiServer
 from tests.standin import resources as R
 
-FIX = Path(__file__).parent / "fixtures" / "k8s-1.24"
 
 
 def job_body() -> dict:
-    recorded = json.loads((FIX / "job-lifecycle/01-job-a.create-suspended.response.201.json").read_text())
-    spec = {k: v for k, v in recorded["spec"].items() if k != "selector"}
-    spec["template"] = {"spec": recorded["spec"]["template"]["spec"]}
+    stored = json.loads(k8s_recording("job-lifecycle/01-job-a.create-suspended.response.201.json").read_text())
+    spec = {k: v for k, v in stored["spec"].items() if k != "selector"}
+    spec["template"] = {"spec": stored["spec"]["template"]["spec"]}
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "gpu-job-a", "labels": recorded["metadata"]["labels"]}, "spec": spec}
+            "metadata": {"name": "gpu-job-a", "labels": stored["metadata"]["labels"]}, "spec": spec}
 
 
 @pytest.fixture

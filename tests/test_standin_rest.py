@@ -1,16 +1,15 @@
 """The API server stand-in against the real kubernetes_asyncio client and the recorded 1.24 bodies."""
 import json
-from pathlib import Path
 
 import aiohttp
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.shared_fixtures import k8s_recording
 from tests.standin import ApiServer
 from tests.standin import resources as R
 
-FIX = Path(__file__).parent / "fixtures" / "k8s-1.24"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 # kubernetes_asyncio sends a dict body to CustomObjectsApi.patch_* as application/json-patch+json, which
 # a real API server rejects (400); merge patches must say so.
@@ -18,7 +17,7 @@ MERGE = {"_content_type": "application/merge-patch+json"}
 
 
 def fixture(rel: str) -> dict:
-    return json.loads((FIX / rel).read_text())
+    return json.loads(k8s_recording(rel).read_text())
 
 
 def job_body(name: str, suspend: bool | None = True, image: str = "nvidia/cuda:12.4.0-base-ubuntu22.04",
@@ -146,7 +145,7 @@ async def test_unserved_path_is_plain_text_404(api):
         async with s.get(api.url + "/apis/kueue.x-k8s.io/v1beta1/workloads") as r:
             assert r.status == 404
             assert r.headers["Content-Type"] == "text/plain; charset=utf-8"
-            assert await r.text() == (FIX / "api/unknown-resource-type.workloads-crd-not-installed.404.body.txt").read_text()
+            assert await r.text() == k8s_recording("api/unknown-resource-type.workloads-crd-not-installed.404.body.txt").read_text()
 
 
 async def test_status_subresource_and_main_resource_each_change_only_their_part(k8s):

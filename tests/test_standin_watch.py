@@ -7,10 +7,11 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.shared_fixtures import k8s_recording
 from tests.standin import ApiServer
 from tests.standin import resources as R
 
-from .test_standin_rest import FIX, KUEUE, MERGE, fixture, job_body, status_of
+from .test_standin_rest import KUEUE, MERGE, fixture, job_body, status_of
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ async def test_raw_watch_stream_one_chunk_per_event_with_bookmarks(api, k8s):
     # the job controller adds its Suspended condition in between, as in the recording
     assert types[0] == "ADDED" and types[-1] == "BOOKMARK" and "DELETED" in types
     assert all(line.endswith(b"\n") for line in lines)
-    recorded = [json.loads(line) for line in (FIX / "api/jobs.watch.bookmarks.stream.jsonl").read_text().splitlines()]
+    recorded = [json.loads(line) for line in k8s_recording("api/jobs.watch.bookmarks.stream.jsonl").read_text().splitlines()]
     bookmark, want = events[-1]["object"], recorded[-1]["object"]
     assert {**bookmark, "metadata": None} == {**want, "metadata": None}
     assert bookmark["metadata"]["resourceVersion"] == events[types.index("DELETED")]["object"]["metadata"]["resourceVersion"]
@@ -74,7 +75,7 @@ async def test_watch_from_compacted_rv_gets_410_error_event_like_the_recording(a
         async with s.get(f"{api.url}/apis/batch/v1/namespaces/team-b/jobs?resourceVersion=1&watch=true") as r:
             assert r.status == 200
             body = await r.read()
-    want = (FIX / "api/jobs.watch.too-old-resourceVersion.410-error-event.stream.jsonl").read_bytes()
+    want = k8s_recording("api/jobs.watch.too-old-resourceVersion.410-error-event.stream.jsonl").read_bytes()
     assert body == want.replace(b"285 (299)", f"1 ({oldest})".encode())
     expected = fixture("api/kubernetes-asyncio-36.1.0.parsing-of-these-watch-fixtures.json")["clusterqueues_410"]
     w = watch.Watch()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from pathlib import Path
 
+from tests.shared_fixtures import k8s_recording
 from tests.webhook_support import (
     api_calls, assert_calls_match_access_table, client_context, decode_patch, load_review, make_cert_dir, webhook_args,
     wire,
@@ -16,7 +16,6 @@ from gpuqueue.webhook.command import serve
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig
 from gpuqueue.jobframework.mutation import mutate_job
 
-WATCH_FIXTURE = Path(__file__).parent / "fixtures" / "k8s-1.24" / "api" / "clusterqueues.watch.bookmarks.stream.jsonl"
 
 
 def test_view_answers_from_events():
@@ -43,7 +42,7 @@ def test_view_answers_from_events():
 
 def test_bookmarks_and_recorded_watch_lines_are_harmless():
     view = WatchedQueueView()
-    for line in WATCH_FIXTURE.read_text().splitlines():
+    for line in k8s_recording("api", "clusterqueues.watch.bookmarks.stream.jsonl").read_text().splitlines():
         event = json.loads(line)
         view.apply_event("cohorts", event["type"], event["object"])  # BOOKMARKs carry no name-bearing change
     assert view.cohort_parents == {}

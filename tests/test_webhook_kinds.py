@@ -2,7 +2,7 @@
 the webhook over real TLS, routed as kube-apiserver routes it by the manifests' webhook
 configurations (tests/admission_support.py): suspended on CREATE, its queue defaulted, held
 until the controller unsuspends it, against a hostile tenant's edits. What the webhook lets
-through is then created on the API stand-in serving the kind's published CRD (tests/fixtures/crds),
+through is then created on the API stand-in serving the kind's published CRD (shared/fixtures/crds),
 which validates it as kube-apiserver would.
 
 Before the webhook served these kinds every CREATE below went through unsuspended, and every

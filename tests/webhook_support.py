@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-ADMISSION = Path(__file__).parent / "fixtures" / "k8s-1.24" / "admission"
-
+from tests.shared_fixtures import k8s_recording
 
 def load_review(name: str) -> dict[str, Any]:
-    return json.loads((ADMISSION / name).read_text())
+    return json.loads(k8s_recording("admission", name).read_text())
 
 
 class PatchError(Exception):

@@ -1,5 +1,5 @@
 """One valid object of each workload kind gpuqueue queues (valid for the CRDs in
-tests/fixtures/crds, or for Kubernetes' own schemas), with what its integration should read from
+shared/fixtures/crds, or for Kubernetes' own schemas), with what its integration should read from
 it. Shared by the adapter, simulator and ownership tests."""
 
 from __future__ import annotations

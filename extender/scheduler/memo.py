@@ -1,7 +1,7 @@
 """Pods decoded in the last few scheduling attempts, keyed by their exact bytes.
 
 kube-scheduler sends the same pod, byte for byte, to /filter and then /prioritize of one
-attempt (tests/fixtures/k8s-1.24/extender: same uid, resourceVersion and everything else),
+attempt (shared/fixtures/k8s-1.24/extender: same uid, resourceVersion and everything else),
 and /prioritize's NodeNames are exactly the names /filter answered. So /prioritize finds the
 pod already decoded and, most of the time, its candidate list already built from the cache's
 own name objects. An entry is reached only through identical pod bytes, so it can never

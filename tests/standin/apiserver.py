@@ -172,7 +172,7 @@ class ApiServer:
     # --- test hooks ----------------------------------------------------------------------------------
 
     def install_crds(self, *names: str) -> None:
-        """Create the vendored CRDs `names` (`plural.group`, tests/fixtures/crds), as
+        """Create the published CRDs `names` (`plural.group`, shared/fixtures/crds), as
         `kubectl create -f` would: their kinds are served from then on."""
         from . import crds
         for name in names:

@@ -7,47 +7,58 @@ where not `nullable`; then type, required, enum, bounds, lengths, item counts an
 checked, with kube-apiserver's 422 messages). CEL rules (`x-kubernetes-validations`) are not
 evaluated: 1.24 ignores them, as the design card says.
 
-The CRDs of the workload kinds gpuqueue integrates are vendored in tests/fixtures/crds
-(`fixture(name)`); `ApiServer.install_crds(...)` installs them as `kubectl create -f` would.
+The CRDs of the workload kinds gpuqueue integrates are read from the projects' published files in
+shared/fixtures/crds (`fixture(name)`, tests/shared_fixtures.py); `ApiServer.install_crds(...)`
+installs them as `kubectl create -f` would.
 """
 from __future__ import annotations
 
 import copy
 import functools
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests import shared_fixtures
+
 from .resources import ResourceType
 from .status import FieldError, go_value
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "crds"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-
-@functools.cache
-def _fixture_files() -> dict[str, Path]:
-    return {path.name.split("_", 1)[1].removesuffix(".yaml") + "." + path.name.split("_", 1)[0]: path
-            for path in sorted(FIXTURES.glob("*/*.yaml"))}
+# The published file of each CRD the stand-in serves: the versions Kueue uses. shared/ also holds
+# training-operator v1's MPIJob, which defines the same mpijobs.kubeflow.org as mpi-operator's
+# v2beta1 (the one Kueue integrates), and TFJob, which gpuqueue does not integrate.
+PUBLISHED = {
+    "jobsets.jobset.x-k8s.io": "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "pytorchjobs.kubeflow.org": "training-operator-v1/kubeflow.org_pytorchjobs.yaml",
+    "mpijobs.kubeflow.org": "mpi-operator-v2/kubeflow.org_mpijobs.yaml",
+    "trainjobs.trainer.kubeflow.org": "trainer-v2/trainer.kubeflow.org_trainjobs.yaml",
+    "trainingruntimes.trainer.kubeflow.org": "trainer-v2/trainer.kubeflow.org_trainingruntimes.yaml",
+    "clustertrainingruntimes.trainer.kubeflow.org": "trainer-v2/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    "rayjobs.ray.io": "kuberay/ray.io_rayjobs.yaml",
+    "rayclusters.ray.io": "kuberay/ray.io_rayclusters.yaml",
+    "leaderworkersets.leaderworkerset.x-k8s.io": "lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+}
 
 
 def fixture_names() -> list[str]:
-    """`plural.group` of every vendored CRD (e.g. `jobsets.jobset.x-k8s.io`)."""
-    return sorted(_fixture_files())
+    """`plural.group` of every CRD the stand-in serves (e.g. `jobsets.jobset.x-k8s.io`)."""
+    return sorted(PUBLISHED)
 
 
 @functools.cache
 def _fixture(name: str) -> dict:
-    path = _fixture_files().get(name)
-    if path is None:
-        raise KeyError(f"no vendored CRD {name!r} (known: {', '.join(fixture_names())})")
+    if name not in PUBLISHED:
+        raise KeyError(f"no published CRD {name!r} (known: {', '.join(fixture_names())})")
+    path = shared_fixtures.fixture("crds", PUBLISHED[name])
     return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
 
 
 def fixture(name: str) -> dict:
-    """The vendored CRD `name` (`plural.group`), parsed; the caller gets its own copy."""
+    """The published CRD `name` (`plural.group`), parsed; the caller gets its own copy. In a test
+    run without shared/ beside the checkout, the test is skipped."""
     return copy.deepcopy(_fixture(name))
 
 

@@ -1,5 +1,5 @@
 """A tiny stand-in for the 1.24 job controller (off by default): it writes what the real one wrote in
-tests/fixtures/k8s-1.24/job-lifecycle: the Suspended condition, startTime, pods for an unsuspended Job,
+shared/fixtures/k8s-1.24/job-lifecycle: the Suspended condition, startTime, pods for an unsuspended Job,
 pod deletion on re-suspend, and Complete once enough pods Succeeded. Pods never run by themselves: call
 `succeed_pods` (standing in for the kubelet) to finish them."""
 from __future__ import annotations

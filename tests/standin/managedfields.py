@@ -12,7 +12,7 @@ real server does: its field manager falls back to the live object's).
 The approximation: no schema, so a list of objects is keyed by its `name`, `type` or `uid` field
 (`k:{"name":"worker"}`) and any other list is atomic; a map is marked owned (".") where the field is
 one of the usual map-valued ones (labels, requests...). The sizes come out as in the recordings
-(tests/fixtures/k8s-1.24: about 40% of a Job's bytes), which is what the model is for.
+(shared/fixtures/k8s-1.24: about 40% of a Job's bytes), which is what the model is for.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 For every pod that has no node yet, names one of ``scheduler_names`` and is not being deleted, it
 does what kube-scheduler 1.24 does with a non-ignorable, nodeCacheCapable extender
-(tests/fixtures/k8s-1.24/extender/): the in-tree checks first (node cordoned, nodeSelector, every
+(shared/fixtures/k8s-1.24/extender/): the in-tree checks first (node cordoned, nodeSelector, every
 resource the node's allocatable lists fits beside the pods bound there), then, for a pod that
 requests one of ``managed_resources``, POST /filter with the names of the nodes left; an ``Error``
 answer puts the pod in backoff, no node left leaves it unschedulable until something changes;

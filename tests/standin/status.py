@@ -1,4 +1,4 @@
-"""Kubernetes `Status` bodies, shaped exactly as kube-apiserver 1.24 sends them (see tests/fixtures/k8s-1.24/api)."""
+"""Kubernetes `Status` bodies, shaped exactly as kube-apiserver 1.24 sends them (see shared/fixtures/k8s-1.24/api)."""
 from __future__ import annotations
 
 from .resources import ResourceType

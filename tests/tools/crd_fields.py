@@ -1,8 +1,8 @@
 """Regenerate extender/simulate/crd_fields.json: the field names (and CRD defaults) of each workload
-kind's published CRD (tests/fixtures/crds), which `gpuqueue simulate` reads strictly and defaults
-as the API server would. Pod templates inside a CRD are left to the kubernetes_asyncio model
-(V1PodTemplateSpec), which knows every field Kubernetes has; a restricted template (TrainJob's
-runtimePatches) keeps the CRD's own names.
+kind's published CRD (shared/fixtures/crds beside the checkout, or $GPUQUEUE_SHARED), which
+`gpuqueue simulate` reads strictly and defaults as the API server would. Pod templates inside a
+CRD are left to the kubernetes_asyncio model (V1PodTemplateSpec), which knows every field
+Kubernetes has; a restricted template (TrainJob's runtimePatches) keeps the CRD's own names.
 
     python -m tests.tools.crd_fields        # rewrites the file; tests/test_simulate_kinds.py checks it
 """
@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests import shared_fixtures
 from tests.standin import crds
 
 OUT = Path(__file__).resolve().parents[2] / "extender" / "simulate" / "crd_fields.json"
@@ -76,5 +77,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
+    shared_fixtures.require_for_script("python -m tests.tools.crd_fields")
     OUT.write_text(render())
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")

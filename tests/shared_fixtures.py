@@ -1,0 +1,43 @@
+"""Files other projects published (their CRDs, wire recordings of a real Kubernetes 1.24), read
+where the project is given them: `../shared/fixtures/` beside the checkout, or
+`$GPUQUEUE_SHARED/fixtures`. They are never copied into the repository
+(tests/test_shared_fixtures.py keeps it so).
+
+Run without them, a test that reads one is skipped; pytest's summary folds all those skips into
+one line naming the folder, because they are all raised here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GPUQUEUE_SHARED") or REPOSITORY.parent / "shared")
+FIXTURES = SHARED / "fixtures"
+MISSING = (f"needs the published fixtures in {FIXTURES}, which this checkout does not have beside it "
+           f"(set GPUQUEUE_SHARED to the shared/ folder)")
+
+
+def available() -> bool:
+    return FIXTURES.is_dir()
+
+
+def fixture(*parts: str) -> Path:
+    """The published file or folder `parts` under shared/fixtures; in a test run without them, the
+    test is skipped."""
+    if not available():
+        import pytest
+        pytest.skip(MISSING)
+    return FIXTURES.joinpath(*parts)
+
+
+def k8s_recording(*parts: str) -> Path:
+    """A wire recording of a real Kubernetes 1.24 control plane (shared/fixtures/k8s-1.24)."""
+    return fixture("k8s-1.24", *parts)
+
+
+def require_for_script(script: str) -> None:
+    """For scripts run outside pytest (benchmarks, tools): one line and exit 2 when absent."""
+    if not available():
+        sys.exit(f"{script}: {MISSING}")
