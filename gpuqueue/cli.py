@@ -14,12 +14,14 @@ ERROR_EXIT = {"explain": 3}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows an option's default after its help, unless there is none to show or the help
-    already says it."""
+    """Shows an option's default after its help, unless there is none to show, the help already
+    says it, or the option is a flag (its name says what giving it does; `--no-x`'s default of
+    True would read as if the flag were on)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default in (None, False, [], "", argparse.SUPPRESS) or "default" in text.lower():
+        if (action.default in (None, False, [], "", argparse.SUPPRESS) or "default" in text.lower()
+                or action.nargs == 0):
             return text
         return super()._get_help_string(action)
 

@@ -55,6 +55,11 @@ def test_help_shows_defaults_and_exit_codes(command, shown):
         assert needle in text, needle
 
 
+def test_a_flag_shows_no_default():
+    text = help_of("extender")
+    assert "LocalQueueMetrics feature gate)" in text and "(default: True)" not in text
+
+
 def test_version():
     res = subprocess.run([sys.executable, "-m", "gpuqueue", "--version"], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0
