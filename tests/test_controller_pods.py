@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.jobframework.kinds import pods
@@ -69,9 +71,18 @@ class PodLife:
 
 
 async def end_pod(h: Harness, name: str, phase: str) -> None:
-    """The kubelet's part: the pod's containers ended."""
-    pod = h.api.cluster.store.get("pods", ("team-a", name))
-    await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+    """The kubelet's part: the pod's containers ended. Like the kubelet, it writes the status
+    over the pod it last read and, on a conflict (the controller changed the pod in between),
+    reads again and retries."""
+    for _ in range(20):
+        pod = h.api.cluster.store.get("pods", ("team-a", name))
+        try:
+            await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+            return
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    raise AssertionError(f"pod {name}: status write conflicted 20 times")
 
 
 async def test_a_plain_pods_whole_life_through_the_controller():
