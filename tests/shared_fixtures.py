@@ -3,8 +3,8 @@ where the project is given them: `../shared/fixtures/` beside the checkout, or
 `$GPUQUEUE_SHARED/fixtures`. They are never copied into the repository
 (tests/test_shared_fixtures.py keeps it so).
 
-Run without them, a test that reads one is skipped; pytest's summary folds all those skips into
-one line naming the folder, because they are all raised here."""
+Run without them, a test (or a module, when it reads one at import) that reads one is skipped
+with one line naming the folder."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def fixture(*parts: str) -> Path:
     test is skipped."""
     if not available():
         import pytest
-        pytest.skip(MISSING)
+        pytest.skip(MISSING, allow_module_level=True)
     return FIXTURES.joinpath(*parts)
 
 
