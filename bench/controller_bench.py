@@ -232,8 +232,12 @@ async def baseline(n: int, separate: bool) -> dict:
             for j in jobs:
                 wl = await kube.create(K.WORKLOADS, "b", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
                                                           "metadata": {"name": "w" + j["metadata"]["name"]},
-                                                          "spec": {"queueName": "q", "podSets": []}})
-                wl["status"] = {"admission": {"clusterQueue": "x", "podSetAssignments": []}}
+                                                          "spec": {"queueName": "q", "podSets": [
+                                                              {"name": "main", "count": 1,
+                                                               "template": j["spec"]["template"]}]}})
+                wl["status"] = {"admission": {"clusterQueue": "x", "podSetAssignments": [
+                    {"name": "main", "count": 1, "flavors": {"nvidia.com/gpu": "gh200"},
+                     "resourceUsage": {"nvidia.com/gpu": "1"}}]}}
                 await kube.replace(K.WORKLOADS, wl, "status")
                 body = copy.deepcopy(j)
                 body["spec"]["suspend"] = False

@@ -233,7 +233,7 @@ async def test_the_controller_reads_and_writes_jobs_the_same(pair):
         kept = transform_for("jobs")(copy(job))
         for ctl in (pair.kept, pair.whole):
             ctl.queue_view.local_queues.add(("team-a", "default"))
-        assert pair.kept.is_managed(kept) == pair.whole.is_managed(job)
+        assert pair.kept.job_reconciler.is_managed(kept) == pair.whole.job_reconciler.is_managed(job)
         assert adapter.pod_sets(kept) == adapter.pod_sets(job)
         assert W.build_workload(kept, 7, ("p", "src"), "q") == W.build_workload(job, 7, ("p", "src"), "q")
         assert W.priority_class_of(kept, {"p": 1}, {"high-priority": 1000}) == \

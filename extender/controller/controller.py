@@ -1,7 +1,10 @@
 """The controller: watch caches feed the quota engine; a debounced scheduling pass turns the
-engine's decisions into writes (workload_writes.py, jobs.py). Every change of a tracked Job is
-held against what the engine holds for it (equivalence.py): its pod sets, its queue, whether it
-may run; a Job stays tracked while it owns a Workload that is not finished, whatever its labels.
+engine's decisions into writes (workload_writes.py, jobs.py). As Kueue's manager wires a cache, a
+queue manager and one reconciler per kind, Controller owns the informers, the kinds it queues, the
+term (leader, recovered, engine) and the pass, and wires the parts in one place (__init__,
+_wire_handlers): JobReconciler (job_reconciler.py), WorkloadReconciler (workload_events.py),
+PodGroupReconciler (pod_group_events.py), RebuildFromApi (rebuild.py). The parts see the
+controller only as Scheduling (job_state.py); docs/controller.md lists what each reads and writes.
 
 Only the leader writes. On becoming leader it rebuilds a fresh engine from what the API holds
 (every Workload holding a reservation first, before any pass), so nothing is admitted twice.
@@ -14,10 +17,8 @@ import functools
 import logging
 import time
 from kubernetes_asyncio import client
-from pydantic import ValidationError
 
 from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
@@ -28,20 +29,18 @@ from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_enviro
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.managed_kinds import (BATCH_JOB, RUNTIMES, ManagedKind, PodOwners,
-                                                        controller_ref, informer_lookup, managed_kinds)
+from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids
+from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
-from gpuqueue.extender.controller.workload_events import WorkloadEvents
-from gpuqueue.extender.controller.pod_group_events import PodGroupEvents
+from gpuqueue.extender.controller.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.pod_group_events import PodGroupReconciler
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind, with_lws_groups
-from gpuqueue.extender.controller.pod_groups import GROUP_KIND, PodGroupKind, with_groups
+from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
+from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.records import WorkloadRecords
-from gpuqueue.jobframework.integration import Finished
-from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer
@@ -49,13 +48,12 @@ from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
-from gpuqueue.extender.quota.model import WorkloadSpec
-from gpuqueue.jobframework.managed import StaticQueueView, queue_name_of, stays_managed
+from gpuqueue.jobframework.managed import StaticQueueView
 
 log = logging.getLogger("gpuqueue.controller")
 
 
-class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
+class Controller:
     def __init__(self, api: client.ApiClient, options: Options | None = None, metrics: Metrics | None = None,
                  identity: str = "gpuqueue") -> None:
         self.api = api
@@ -87,29 +85,43 @@ class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
+        # the tracked Jobs: JobReconciler's records, shared with Departures (a gone Job's reservation)
         self.jobs: dict[str, JobState] = {}
         o = self.options
         self.writes = Writes(lambda: self.leader, o, scope_of=lambda cq: cohorts.tree(self.engine, cq))
         self.events = EventRecorder(self.kube, self.writes.spawn, identity, self.metrics.events_dropped, o.event_qps,
                                     o.event_burst)
         records = WorkloadRecords(self.kube, self.informers["workloads"])
+        # the parts; a callback names a part built after the one that calls it (the wiring's cycles)
         self.job_steering = JobSteering(self, self.kube, self.informers, records, self.writes, self.events,
-                                        self.metrics.job_admission_wait, self.resubmit, self.mark_dirty,
-                                        o.resubmit_backoff, self.pod_owners)
+                                        self.metrics.job_admission_wait, lambda st: self.job_reconciler.resubmit(st),
+                                        self.mark_dirty, o.resubmit_backoff, self.pod_owners)
         self.departures = Departures(self, self.jobs, self.kube, self.writes, self.job_steering, self.mark_dirty,
                                      status_changed=lambda: self.queue_status.changed())
         self.workload_writes = WorkloadWrites(self, self.kube, records, self.job_steering, self.writes, self.events,
-                                              self.metrics, self.priorities, self.priority_of,
+                                              self.metrics, self.priorities,
+                                              lambda job, kind: self.job_reconciler.priority_of(job, kind),
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided)
-        self.following = Following(self, self.workload_writes, self._submit,
+        self.following = Following(self, self.workload_writes,
+                                   lambda st, job, queued_at: self.job_reconciler.submit(st, job, queued_at),
                                    self.mark_dirty)
+        self.job_reconciler = JobReconciler(self, self.jobs, self.owned, self.queue_view, o.managed_jobs,
+                                            self.priorities, self.kube, self.writes, self.job_steering,
+                                            self.workload_writes, self.following, self.departures, self.mark_dirty)
+        self.workload_reconciler = WorkloadReconciler(self, self.job_reconciler, self.job_steering,
+                                                      self.workload_writes, self.mark_dirty)
+        self.pod_group_reconciler = PodGroupReconciler(self, self.job_reconciler, self.owned, self.job_steering,
+                                                       self.workload_writes, self.events, self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
         self.quota_objects = QuotaObjects(self.priorities, self.queue_view, lambda: self.engine,
                                           lambda: self.writes.releases.regroup(), self.queue_status.changed,
                                           self.mark_dirty, self.following.priority_class_changed)
+        self.rebuild = RebuildFromApi(self, self.informers, self.quota_objects, self.job_reconciler,
+                                      self.workload_reconciler, self.workload_writes, self.following,
+                                      self.departures)
         self.leader = False
         self.recovered = False
         self.passes = 0
@@ -226,7 +238,8 @@ class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
         self.metrics.leader.set(1)
         await self.wait_synced()
         if self.leader and not self.recovered:
-            self._recover()
+            self.engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
+            self.rebuild.run(self.engine)
             self.recovered = True
             self.mark_dirty()
             log.info("leading: engine rebuilt with %d admitted and %d pending workloads",
@@ -241,7 +254,7 @@ class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
             self._leading_task.cancel()
         await self._stop_writing()
         self.engine = None
-        self.jobs.clear()
+        self.job_reconciler.clear()
 
     async def _stop_writing(self) -> None:
         await self.writes.cancel_all()
@@ -259,200 +272,20 @@ class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
         self.quota_objects.watch(self.informers)
         for kind in self.kinds:
             if isinstance(kind, PodGroupKind):
-                on("pods", functools.partial(self._on_group_pod, kind=kind, gone=False),
-                   functools.partial(self._on_group_pod, kind=kind, gone=True))
+                groups = self.pod_group_reconciler
+                on("pods", functools.partial(groups.on_group_pod, kind=kind, gone=False),
+                   functools.partial(groups.on_group_pod, kind=kind, gone=True))
                 if isinstance(kind, LwsGroupKind):
                     kind.bind(self.informers)
-                    on(LWS_KIND.name, functools.partial(self._on_lws, kind=kind), lambda lws: None)
+                    on(LWS_KIND.name, functools.partial(groups.on_lws, kind=kind), lambda lws: None)
             else:
-                on(kind.kind.name, functools.partial(self._on_job, kind=kind), self._on_job_delete)
-        self.informers["workloads"].add_handler(on_add=lambda wl: self._on_workload(None, wl),
-                                                on_update=self._on_workload, on_delete=self._on_workload_delete)
+                on(kind.kind.name, functools.partial(self.job_reconciler.on_job, kind=kind),
+                   self.job_reconciler.on_job_delete)
+        workloads = self.workload_reconciler
+        self.informers["workloads"].add_handler(on_add=lambda wl: workloads.on_workload(None, wl),
+                                                on_update=workloads.on_workload,
+                                                on_delete=workloads.on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
-
-    def is_managed(self, job: dict, workload: dict | None = None, kind: ManagedKind = BATCH_JOB) -> bool:
-        """Kueue's rule, and held while it has a Workload that is not finished (stays_managed).
-        An object controlled by one of a queued kind (a JobSet's Jobs, a RayJob's RayCluster) is
-        queued as part of its owner, not by itself (Kueue's IsOwnerManagedByKueue)."""
-        parent = controller_ref(job)
-        if parent is not None and parent.get("kind") in self.kinds_by_kind and \
-                self.kinds_by_kind[parent["kind"]].kind.api_version == parent.get("apiVersion"):
-            return False
-        if not kind.queued(job):
-            return False
-        return stays_managed(job, job["metadata"].get("namespace", "default"), self.queue_view,
-                             self.options.managed_jobs, _open(workload, job, kind.finished(job) is not None))
-
-    def _workload_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> dict | None:
-        """Its Workload, found by its UID: one created under gpuqueue's earlier name is kept."""
-        meta = job["metadata"]
-        return self.owned.find(meta["namespace"], meta["uid"], kind.workload_name(job))
-
-    def _on_job(self, job: dict, held: bool = False, kind: ManagedKind = BATCH_JOB) -> None:
-        """`held`: the Job was ours a moment ago (its Workload was deleted): ours still. (Every
-        kind it queues comes here: a Job is any of them.)"""
-        if not self.recovered or self.kinds_by_kind.get(kind.kind.kind) is not kind:
-            return  # (a kind refused at start: the pod integration on an old server)
-        meta = job["metadata"]
-        key = kind.key(meta["namespace"], meta["name"])
-        for pod in kind.releasable(job):
-            self._release_pod(key, pod)
-        st = self.jobs.get(key)
-        if st is not None and st.uid != job["metadata"]["uid"]:
-            self._depart(st)  # a new Job of the same name
-            st = None
-        if st is None:
-            if not held and not kind.queued(job):
-                return  # (before naming its Workload: every pod of the cluster comes here with `pod` enabled)
-            wl = self._workload_of(job, kind)
-            if not held and not self.is_managed(job, wl, kind):
-                return
-            st = self._track(job, wl, kind)
-            if kind.finished(job):
-                st.phase = "finished"
-                return
-            if wl is None:
-                self.workload_writes.ensure_workload(st)
-            self._submit(st, job)
-            self._steer(st, job)
-            self.mark_dirty()
-            return
-        if st.phase == "finished":
-            return
-        done = kind.finished(job)
-        if done:
-            self._finish(st, done)
-            return
-        self.following.follow(st, job)
-        self._steer(st, job)
-        self.job_steering.poke(st.uid)
-
-    def _steer(self, st: JobState, job: dict) -> None:
-        """Kueue's steps 7 and 8, on every change of the Job: an admitted Job suspended by someone
-        else is started again (the admission stands, with its admitted template: a nodeSelector
-        edited meanwhile does not survive; to stop a Job, delete it); a Job running without a
-        reservation written is suspended, however often it is started."""
-        if not st.kind.suspended(job) and not self.job_steering.may_run(st):
-            self.job_steering.stop(st)
-        elif st.phase == "admitted" and st.kind.held(job):
-            w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
-            if w is not None:
-                self.job_steering.ensure_running(st, w.admission)
-
-    def _on_job_delete(self, job: dict) -> None:
-        st = self.state_of(job)
-        if st is None or st.uid != job["metadata"]["uid"]:
-            return
-        self._depart(st)
-        self.mark_dirty()
-
-    # -- jobs and the engine --------------------------------------------------------------------------------
-    def state_of(self, obj: dict) -> JobState | None:
-        """What it tracks of an object of a kind it queues (by its uid: None for another object of
-        the name)."""
-        meta = obj["metadata"]
-        for kind in self.kinds:
-            st = self.jobs.get(kind.key(meta.get("namespace") or "", meta.get("name") or ""))
-            if st is not None and st.uid == meta.get("uid"):
-                return st
-        return None
-
-    def state_of_workload(self, wl: dict) -> JobState | None:
-        """What it tracks of a Workload's owner (by its controller reference's kind and name)."""
-        ref = W.owner_ref(wl)
-        if ((wl["metadata"].get("annotations") or {}).get(IS_GROUP_WORKLOAD) == "true" and not ref
-                and GROUP_KIND.kind in self.kinds_by_kind):
-            ref = {"kind": GROUP_KIND.kind, "name": wl["metadata"]["name"]}  # owned by its pods, controlled by none
-        lws_groups = self.kinds_by_kind.get(LWS_GROUP_KIND.kind)
-        if ref.get("kind") == LWS_KIND.kind and isinstance(lws_groups, LwsGroupKind):
-            # controlled by its LeaderWorkerSet, one of its groups': the group it was named for
-            namespace = wl["metadata"].get("namespace") or ""
-            name = lws_groups.record_name(namespace, wl["metadata"]["name"])
-            return self.jobs.get(lws_groups.key(namespace, name)) if name else None
-        kind = self.kinds_by_kind.get(ref.get("kind", ""))
-        if kind is None:
-            return None
-        return self.jobs.get(kind.key(wl["metadata"].get("namespace") or "", ref.get("name") or ""))
-
-    def _track(self, job: dict, wl: dict | None = None, kind: ManagedKind = BATCH_JOB) -> JobState:
-        meta = job["metadata"]
-        st = JobState(key=kind.key(meta["namespace"], meta["name"]), namespace=meta["namespace"], name=meta["name"],
-                      uid=meta["uid"],
-                      wl_name=wl["metadata"]["name"] if wl is not None else kind.workload_name(job),
-                      created=W.parse_time(meta.get("creationTimestamp")) or time.time(),
-                      queue_name=queue_name_of(job, ((wl or {}).get("spec") or {}).get("queueName")),
-                      generation=kind.generation(job), kind=kind)
-        self.jobs[st.key] = st
-        return st
-
-    def workload_spec(self, st: JobState, job: dict, queued_at: float | None = None) -> WorkloadSpec:
-        """The engine's view of the Job as it stands (its current pod templates: after a refused
-        template change they still carry the old flavor's nodeSelector, which then limits the
-        flavors it can be given), in the LocalQueue its Workload names."""
-        adapter = st.kind
-        assert self.engine is not None
-        return WorkloadSpec(key=st.key, namespace=st.namespace, queue_name=st.queue_name,
-                            pod_sets=adapter.pod_sets(job), priority=adapter.priority(job, self.priorities),
-                            created=queued_at or st.created, seq=self.engine.next_seq(), uid=st.uid)
-
-    def priority_of(self, job: dict, kind: ManagedKind = BATCH_JOB) -> int:
-        try:
-            return kind.priority(job, self.priorities)
-        except (ValidationError, ValueError):
-            return 0
-
-    def _submit(self, st: JobState, job: dict, queued_at: float | None = None) -> None:
-        assert self.engine is not None
-        try:
-            spec = self.workload_spec(st, job, queued_at)
-        except (ValidationError, ValueError) as exc:
-            log.warning("job %s cannot be queued: %s", st.key, exc)
-            self.workload_writes.pending(st, None, f"The Job cannot be read: {exc}", "Inadmissible")
-            return
-        self.engine.submit(spec)
-        st.priority = spec.priority
-        st.phase = "pending"
-
-    def resubmit(self, st: JobState) -> None:
-        """Queue a Job again after the API refused its admission (see JobSteering.unsuspend)."""
-        job = self.job_steering.job(st)
-        if self.engine is None or job is None or self.jobs.get(st.key) is not st or st.phase != "blocked":
-            return
-        st.queue_name = queue_name_of(job, st.queue_name)
-        st.generation = st.kind.generation(job)
-        self._submit(st, job, queued_at=time.time())
-        self.workload_writes.update_spec(st)
-        self.mark_dirty()
-
-    def _finish(self, st: JobState, done: Finished) -> None:
-        cq = None
-        if self.engine is not None:
-            w = self.engine.finish(st.key)
-            admission = getattr(w, "admission", None)  # an AdmittedWorkload's; a pending one has none
-            if admission is not None and st.phase == "admitted":
-                cq = admission.cluster_queue
-        st.phase = "finished"
-        self.workload_writes.finish_workload(st, done, cq)
-        self.mark_dirty()
-
-    def _forget(self, st: JobState) -> None:
-        if self.engine is not None:
-            self.engine.delete(st.key)
-        self.workload_writes.evicting.pop(st.key, None)
-        self.jobs.pop(st.key, None)
-        st.phase = "finished"
-
-    def _depart(self, st: JobState) -> None:
-        """The Job is gone (deleted, or replaced by a new one of its name). Its Workload goes too,
-        but an admitted one's reservation counts until its pods are gone (departures.py). Other
-        Jobs are forgotten at once: a pending one's pods hold no quota, and an evicted one's
-        eviction waits for its pods itself."""
-        w = self.engine.state.admitted.get(st.key) if self.engine is not None else None
-        self._forget(st)
-        if w is not None and st.phase == "admitted":
-            self.departures.depart(st, w)
-        else:
-            self.workload_writes.delete_workload(st)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
@@ -486,10 +319,3 @@ class Controller(RebuildFromApi, WorkloadEvents, PodGroupEvents):
             self.queue_status.changed()
         return decisions
 
-
-def _open(workload: dict | None, job: dict, finished: bool) -> bool:
-    """A Workload of this Job that is not finished - or says so while the Job is not (only the
-    Job's end finishes it): the Job holds or waits for quota."""
-    if workload is None or job["metadata"]["uid"] not in owner_uids(workload):
-        return False
-    return not W.is_true(workload, "Finished") or not finished

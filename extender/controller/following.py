@@ -33,7 +33,7 @@ NO_MATCHING_WORKLOAD_EVENT = "No matching Workload; restoring pod templates acco
 class Following:
     def __init__(self, sched: Scheduling, workloads: WorkloadWrites,
                  submit: Callable[[JobState, dict, float | None], None], mark_dirty: Callable[[], None]) -> None:
-        """`submit(st, job, queued_at)`: give the engine the Job as it is (Controller._submit)."""
+        """`submit(st, job, queued_at)`: give the engine the Job as it is (JobReconciler.submit)."""
         self.sched = sched
         self.workloads = workloads
         self.submit = submit

@@ -1,10 +1,10 @@
-"""What the controller keeps of each managed Job while it tracks it, and what its writers read of
-the controller (Scheduling)."""
+"""What the controller keeps of each managed Job while it tracks it, and what its parts (the
+reconcilers, the rebuild, the writers) read of the controller (Scheduling)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind
 from gpuqueue.extender.quota.engine import QuotaEngine
@@ -39,17 +39,26 @@ def departed_key(st: JobState) -> str:
 
 
 class Scheduling(Protocol):
-    """The controller as its writers see it, live: whether it leads, its engine (None until
-    rebuilt), and the Jobs it tracks (a write for a Job no longer tracked is moot)."""
+    """The controller as its parts see it, live: whether it leads and has rebuilt its engine in
+    this term, its engine (None until rebuilt), the Jobs it tracks (a write for a Job no longer
+    tracked is moot), and the kinds it queues (fewer after start: a missing CRD, an old server)."""
 
     @property
     def leader(self) -> bool: ...
+
+    @property
+    def recovered(self) -> bool:
+        """The engine is rebuilt for this term: events before that are the rebuild's to judge."""
 
     @property
     def engine(self) -> QuotaEngine | None: ...
 
     @property
     def jobs(self) -> Mapping[str, JobState]: ...
+
+    @property
+    def kinds(self) -> Sequence[ManagedKind]:
+        """The kinds it queues."""
 
     @property
     def kinds_by_kind(self) -> Mapping[str, ManagedKind]:

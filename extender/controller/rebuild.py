@@ -1,7 +1,8 @@
-"""The controller's rebuild on becoming leader: a fresh engine from what the API holds, every
-Workload holding a reservation first (whatever its Job's labels say, or if its Job is gone), so
-nothing is admitted twice and no quota is given back before its pods are gone. A part of
-Controller (a mixin over its caches, engine and writers), kept apart for its size."""
+"""The controller's rebuild on becoming leader: a fresh engine filled from what the API holds,
+every Workload holding a reservation first (whatever its Job's labels say, or if its Job is gone),
+so nothing is admitted twice and no quota is given back before its pods are gone. It keeps no
+state of its own: it fills the engine it is given and, through the Job reconciler, the tracked
+Jobs, and writes what the API shows wrongly through WorkloadWrites."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import time
 from pydantic import ValidationError
 
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.departures import spec_from_admission
+from gpuqueue.extender.controller.departures import Departures, spec_from_admission
 from gpuqueue.extender.controller.equivalence import admission_mismatch
-from gpuqueue.extender.controller.job_state import JobState
-from gpuqueue.kube import object_key
+from gpuqueue.extender.controller.following import Following
+from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.engine import QuotaEngine
 
 
@@ -22,27 +28,38 @@ log = logging.getLogger("gpuqueue.controller")
 
 
 class RebuildFromApi:
-    # -- rebuilding from the API -------------------------------------------------------------------------
-    def _recover(self) -> None:
-        """A fresh engine from what the API holds: the specs, then each Job that is managed or holds
-        or waits for quota (stays_managed), in creation order, then every other reservation -
-        a Workload holding one counts until its Job's pods are gone, whatever became of the Job."""
-        engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
-        self.engine = engine
-        self.jobs.clear()
+    def __init__(self, sched: Scheduling, informers: dict[str, Informer], quota_objects: QuotaObjects,
+                 job_reconciler: JobReconciler, workload_reconciler: WorkloadReconciler,
+                 workload_writes: WorkloadWrites, following: Following, departures: Departures) -> None:
+        self.sched = sched
+        self.informers = informers
+        self.quota_objects = quota_objects
+        self.job_reconciler = job_reconciler
+        self.workload_reconciler = workload_reconciler
+        self.workload_writes = workload_writes
+        self.following = following
+        self.departures = departures
+
+    def run(self, engine: QuotaEngine) -> None:
+        """Fill a fresh engine (already the term's: the writers read it) from what the API holds:
+        the specs, then each Job that is managed or holds or waits for quota (stays_managed), in
+        creation order, then every other reservation - a Workload holding one counts until its
+        Job's pods are gone, whatever became of the Job."""
+        jobs = self.job_reconciler
+        jobs.clear()
         self.quota_objects.load(engine, self.informers)
-        jobs = sorted(((job, kind) for kind in self.kinds for job in kind.cached(self.informers).list()),
-                      key=lambda jk: (jk[0]["metadata"].get("creationTimestamp", ""), object_key(jk[0]),
-                                      jk[1].kind.kind))
+        found = sorted(((job, kind) for kind in self.sched.kinds for job in kind.cached(self.informers).list()),
+                       key=lambda jk: (jk[0]["metadata"].get("creationTimestamp", ""), object_key(jk[0]),
+                                       jk[1].kind.kind))
         tracked = set()
-        for job, kind in jobs:
-            wl = self._workload_of(job, kind)
-            if self.is_managed(job, wl, kind):
+        for job, kind in found:
+            wl = jobs.workload_of(job, kind)
+            if jobs.is_managed(job, wl, kind):
                 st = self._rebuild(job, wl, kind)
                 tracked.add(f"{st.namespace}/{st.wl_name}")
             for pod in kind.releasable(job):  # a pod that ended while no one led
-                self._release_pod(kind.key(job["metadata"]["namespace"], job["metadata"]["name"]), pod)
-        live = {st.uid: st for st in self.jobs.values()}
+                jobs.release_pod(kind.key(job["metadata"]["namespace"], job["metadata"]["name"]), pod)
+        live = {st.uid: st for st in self.sched.jobs.values()}
         for wl in self.informers["workloads"].list():
             if not W.holds_reservation(wl) or object_key(wl) in tracked:
                 continue
@@ -53,7 +70,7 @@ class RebuildFromApi:
                 self.departures.restore(wl)
 
     def _rebuild(self, job: dict, wl: dict | None, kind) -> JobState:
-        st = self._track(job, wl, kind)
+        st = self.job_reconciler.track(job, wl, kind)
         finished = kind.finished(job)
         if finished:
             st.phase = "finished"
@@ -75,27 +92,27 @@ class RebuildFromApi:
                 log.warning("workload %s has an unreadable admission, requeueing: %s", st.key, exc)
             else:
                 self._restore_admitted(st, job, wl, adm)
-                self._follow_active(st, wl)  # an inactive one stays so: evicted if admitted
+                self.workload_reconciler.follow_active(st, wl)  # an inactive one stays so: evicted if admitted
                 return st
         requeued = W.condition(wl, "Requeued") if wl else None
         queued_at = W.parse_time(requeued.get("lastTransitionTime")) if requeued and requeued.get(
             "status") == "True" else None
-        self._submit(st, job, queued_at)
+        self.job_reconciler.submit(st, job, queued_at)
         if W.shows_reservation(wl):
             self.workload_writes.set_back(st)
         if wl is not None and W.pod_sets_differ(wl, st.kind.workload_pod_sets(job), st.queue_name):
             self.workload_writes.update_spec(st)  # changed while no leader ran
-        self._steer(st, job)
+        self.job_reconciler.steer(st, job)
         if wl is not None:
-            self._follow_active(st, wl)
+            self.workload_reconciler.follow_active(st, wl)
         return st
 
     def _restore_admitted(self, st: JobState, job: dict, wl: dict, adm) -> None:
-        engine = self.engine
+        engine = self.sched.engine
         now = time.time()
         reserved_at = W.parse_time((W.condition(wl, "QuotaReserved") or {}).get("lastTransitionTime")) or now
         try:
-            spec = self.workload_spec(st, job)
+            spec = self.job_reconciler.workload_spec(st, job)
         except (ValidationError, ValueError):
             spec = spec_from_admission(st, adm, wl)
         engine.restore_admitted(spec, adm, reserved_at)
@@ -113,4 +130,4 @@ class RebuildFromApi:
         if changed:  # its pods were changed while no leader ran (or the record was)
             self.following.requeue_changed(st, job, changed)
         else:
-            self._steer(st, job)
+            self.job_reconciler.steer(st, job)
