@@ -197,7 +197,7 @@ async def _filter_when_caught_up(req: _Request, view: ClusterView, judged: _Judg
         log.info("filter: pod %s/%s: the caches did not take in %s within %g s", req.meta.namespace,
                  req.meta.name, judged.behind, wait)
         if isinstance(judged.verdict, Retry):
-            judged = judged._replace(verdict=Retry(f"{judged.verdict.message} after {wait:g} s"))
+            judged = judged._replace(verdict=Retry(f"{judged.verdict.message} (waited {wait:g} s for it)"))
     return _filter_answer(req, view, judged)
 
 
