@@ -91,16 +91,18 @@ class Loop:
     async def extender(self, verb: str, body: bytes) -> bytes:
         # A restart is one replica's: kube-scheduler's call reaches a replica that serves (a
         # Service's ready endpoints), here once the restarted one is.
-        try:
-            await asyncio.wait_for(self.up.wait(), 10)
-        except asyncio.TimeoutError:
-            return orjson.dumps({"Error": "extender unreachable"})
+        deadline = asyncio.get_running_loop().time() + 10
+        while (view := self.view) is None:  # (woken, it may be down again before it runs)
+            try:
+                await asyncio.wait_for(self.up.wait(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                return orjson.dumps({"Error": "extender unreachable"})
         if verb == "filter":
-            answer = verbs.filter_verb(body, self.view, wait=self.cache_wait)
+            answer = verbs.filter_verb(body, view, wait=self.cache_wait)
             if inspect.isawaitable(answer):
                 answer = await answer
         else:
-            answer = verbs.prioritize_verb(body, self.view)
+            answer = verbs.prioritize_verb(body, view)
         return answer if isinstance(answer, bytes) else orjson.dumps(answer)
 
     async def start_controller(self) -> None:
