@@ -151,6 +151,13 @@ async def test_a_pod_whose_admission_the_cache_has_not_seen_waits_for_it():
     pending = filter_verb(_request(_pod("12")), view, wait=1.0)
     asyncio.get_running_loop().call_later(0.1, view.upsert_workload, _workload("11", admitted=True))
     assert (await _answer(pending))["NodeNames"] == ["n-1"]
+    # a bare pod (no owner, nothing of a pod set) has no Workload coming: refused at once, even by a
+    # cache that lags (a tenant's bare pods may not each hold kube-scheduler for the wait)
+    bare = {**_pod("12"), "metadata": {**_pod("12")["metadata"], "uid": "bare-uid", "name": "bare",
+                                        "ownerReferences": []}}
+    view.upsert_pod(bare)
+    answer = filter_verb(_request(bare), view, wait=1.0)
+    assert not asyncio.iscoroutine(answer) and "belongs to no admitted workload" in str(answer)
     # a cache that holds everything up to the pod's version: pending is final, answered at once
     view.upsert_workload(_workload("13", admitted=False))
     answer = filter_verb(_request(_pod("12")), view, wait=1.0)

@@ -44,6 +44,8 @@ def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: Filter
         if newer(meta.resource_version, pod.resource_version):
             return f"pod version {meta.resource_version}"
         member = membership(view, pod)
+        if member is None and pod.controller_uid is None and not pod.labels and not pod.annotations:
+            return None  # a bare pod nothing queues: no Workload is coming (and it may not stall kube-scheduler)
         if (member is None or member.workload.state not in (ADMITTED, EVICTED)) \
                 and view.workloads_behind(meta.resource_version):
             return "its Workload's admission"
