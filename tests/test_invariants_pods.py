@@ -111,7 +111,9 @@ class Loop:
         view = ControllerClusterView(ctl)
         self.h.controllers.append(ctl)
         await ctl.start()
-        self.ctl, self.view = ctl, view
+        self.ctl = ctl
+        await ctl.wait_synced()  # ready: a Service sends kube-scheduler's calls only to ready replicas
+        self.view = view
         self.up.set()
 
     async def restart(self) -> None:
