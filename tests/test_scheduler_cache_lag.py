@@ -223,6 +223,15 @@ async def test_pipelined_requests_behind_a_waiting_one_are_answered_in_order(pki
         assert orjson.loads(answers[0][2])["NodeNames"] == ["gh200-node-1"]  # the waiting one, placed
         assert answers[1][2] == b"ok"
         assert orjson.loads(answers[2][2])["NodeNames"] == ["gh200-node-1"]
+        # more pipelined behind a waiting one than are queued: reading pauses, then all are answered
+        late = job_pod(fixture(FILTER_NCT), uid="uid-late-too", gpus=1)
+        writer.write(post("/filter", body(late)) + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 40)
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        view.add_pod(late["Pod"])
+        status, _, placed = await read_answer(reader)
+        assert orjson.loads(placed)["NodeNames"] == ["gh200-node-1"]
+        assert [(await read_answer(reader))[2] for _ in range(40)] == [b"ok"] * 40
         for w in (writer, other_writer):
             w.close()
     finally:

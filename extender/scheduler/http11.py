@@ -21,12 +21,12 @@ connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import ssl
 import time
-from email.utils import formatdate
-import inspect
 from collections import deque
+from email.utils import formatdate
 from typing import Awaitable, Callable, NamedTuple, Union
 
 import httptools
@@ -87,6 +87,7 @@ class Connection(asyncio.Protocol):
         # while a handler's answer is awaited: that task, and the requests read after it
         self._waiting: asyncio.Task | None = None
         self._queued: deque[tuple] = deque()
+        self._queue_full = False  # reading paused until the queue is served
         self._message_begun()
 
     def _message_begun(self) -> None:
@@ -172,6 +173,7 @@ class Connection(asyncio.Protocol):
         if self._waiting is not None:
             self._queued.append(request)
             if len(self._queued) == MAX_QUEUED:
+                self._queue_full = True
                 self.transport.pause_reading()
             return
         self._serve(request)
@@ -204,7 +206,8 @@ class Connection(asyncio.Protocol):
         self._finish(answer, close=close, head=method == b"HEAD")
         while self._queued and self._waiting is None and not self.transport.is_closing():
             self._serve(self._queued.popleft())
-        if self._waiting is None and not self.transport.is_closing() and len(self._queued) == 0:
+        if self._queue_full and self._waiting is None and not self.transport.is_closing():
+            self._queue_full = False
             self.transport.resume_reading()
 
     # -- answering -----------------------------------------------------------------------------
