@@ -24,7 +24,13 @@ helps only within one attempt (its /filter then /prioritize), as with kube-sched
 What the target (>= 1,000 pods/s on one core, p99 <= 5 ms) needs: "pods per server CPU-second"
 (one core's throughput, whatever else the machine runs) and the p99 at one connection.
 
+``--watch-lag MS`` measures instead what a pod costs when kube-scheduler asks before the
+extender's pod watch has brought it (issue 25): no attempt's pod is in the cache when its /filter
+arrives; the server takes it in MS milliseconds after the request came (the watch's lag), and the
+client reports /filter's latency and how many answers were an Error rather than nodes.
+
     python bench/extender_bench.py [--pods 1000] [--rounds 3] [--concurrency 1,4] [--no-pin]
+    python bench/extender_bench.py --watch-lag 20 [--pods 200]
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import ssl
 import statistics
 import tempfile
@@ -175,7 +182,25 @@ def client_context(d: Path) -> ssl.SSLContext:
 BARE_ANSWER = b'{"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
 
-def serve(cert_dir: str, port_q: mp.Queue, pinned: bool, attempts: int) -> None:
+_UID = re.compile(rb'"uid":"uid-(\d{5})-(\d+)"')
+
+
+def lagging_watch(route: Route, view: InMemoryClusterView, lag: float) -> Route:
+    """``route`` with the attempt's pod taken into ``view`` ``lag`` seconds after its request came."""
+    pods = {p.uid: p for p in (view.pod(f"uid-{k:05d}") for k in range(DISTINCT_PODS)) if p is not None}
+
+    def handle(body: bytes, conn):
+        m = _UID.search(body)
+        if m is not None:
+            uid = f"uid-{m.group(1).decode()}-{m.group(2).decode()}"
+            pod = dataclasses.replace(pods[f"uid-{m.group(1).decode()}"], uid=uid)
+            asyncio.get_running_loop().call_later(lag, view.add_pod, pod)
+        return route.handle(body, conn)
+
+    return Route(route.method, handle)
+
+
+def serve(cert_dir: str, port_q: mp.Queue, pinned: bool, attempts: int, lag: float = 0.0) -> None:
     if pinned:
         pin(SERVER_CPU)
     view = build_view(attempts=attempts)
@@ -187,6 +212,8 @@ def serve(cert_dir: str, port_q: mp.Queue, pinned: bool, attempts: int) -> None:
 
     table = {**routes(view, client_cert=True), b"/bare/filter": bare, b"/bare/prioritize": bare,
              b"/cpu": Route(b"GET", cpu)}
+    if lag:
+        table[b"/filter"] = lagging_watch(table[b"/filter"], view, lag)
 
     # The baseline the issue names: a bare aiohttp handler, on the same loop, TLS and process.
     async def aiohttp_bare(request: web.Request) -> web.Response:
@@ -275,6 +302,42 @@ def in_process(bodies, pods: int, rounds: int) -> list[float]:
     return out
 
 
+async def lag_load(base: str, bodies, pods: int, ctx: ssl.SSLContext) -> tuple[list[float], int]:
+    """/filter of ``pods`` attempts one after another, as kube-scheduler sends them: latencies and
+    how many were answered with an Error."""
+    latencies, errors = [], 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=1)) as s:
+        for i in range(pods):
+            k = i % len(bodies)
+            t0 = time.perf_counter()
+            async with s.post(f"{base}/filter", data=attempt(bodies[k][0], k, i),
+                              headers={"Content-Type": "application/json"}) as r:
+                answer = orjson.loads(await r.read())
+            latencies.append(time.perf_counter() - t0)
+            errors += bool(answer.get("Error"))
+    return latencies, errors
+
+
+def watch_lag(args) -> None:
+    bodies = request_bodies()
+    with tempfile.TemporaryDirectory() as d:
+        make_certs(Path(d))
+        q: mp.Queue = mp.get_context("spawn").Queue()
+        proc = mp.get_context("spawn").Process(target=serve, args=(d, q, not args.no_pin, 0, args.watch_lag / 1e3),
+                                               daemon=True)
+        proc.start()
+        try:
+            port, _ = q.get(timeout=120)
+            latencies, errors = asyncio.run(lag_load(f"https://127.0.0.1:{port}", bodies, args.pods,
+                                                     client_context(Path(d))))
+        finally:
+            proc.terminate()
+            proc.join()
+    print(f"pod watch {args.watch_lag:g} ms behind kube-scheduler, {args.pods} pods: /filter p50 "
+          f"{ms(pct(latencies, 50))}, p99 {ms(pct(latencies, 99))}, max {ms(max(latencies))}; "
+          f"{errors} answered Error, {args.pods - errors} placed")
+
+
 def ms(x: float) -> str:
     return f"{x * 1e3:.2f} ms"
 
@@ -286,10 +349,15 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,4", help="connections, comma separated")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the OS move the server and the client between CPUs (default: one CPU each)")
+    ap.add_argument("--watch-lag", type=float, default=0.0, metavar="MS",
+                    help="measure pods the extender's pod watch brings MS ms after kube-scheduler asks")
     args = ap.parse_args()
     shared_fixtures.require_for_script("bench/extender_bench.py")
     if not args.no_pin:
         pin(LOAD_CPU)
+    if args.watch_lag:
+        watch_lag(args)
+        return
     levels = [int(c) for c in args.concurrency.split(",")]
 
     bodies = request_bodies()

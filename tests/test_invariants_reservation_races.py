@@ -34,7 +34,7 @@ def running_pods(h: Harness, ns: str, name: str) -> list[dict]:
 async def test_a_victim_started_again_while_the_eviction_is_unseen_runs_no_pod_without_its_reservation():
     """A victim's owner starts it again right after the controller suspended it, while the
     extender's Workload cache has not yet seen the eviction."""
-    async with whole_loop() as (h, loop, invariant):
+    async with whole_loop() as (h, loop, invariant, liveness):
         await h.submit(job("team-c", "borrower", 2, 2, 2))  # 4 GPUs borrowed from team-a
         await eventually(lambda: len(running_pods(h, "team-c", "borrower")) == 2, 10, "the borrower runs")
 
@@ -61,7 +61,7 @@ async def test_a_job_its_owner_started_while_pending_runs_no_pod_after_its_refus
     def raise_quota(cq: dict) -> None:
         cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 4
 
-    async with whole_loop() as (h, loop, invariant):
+    async with whole_loop() as (h, loop, invariant, liveness):
         await h.submit(job("team-b", "first", 1, 1, 2))  # team-b's 2 GPUs, and the cohort's other 4:
         await h.submit(job("team-a", "big", 2, 2, 2))
         await eventually(lambda: running_pods(h, "team-b", "first") and len(running_pods(h, "team-a", "big")) == 2,

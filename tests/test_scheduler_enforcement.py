@@ -275,7 +275,7 @@ async def test_forged_prioritize_reserves_nothing_and_real_pods_keep_their_gpus(
             uid = body["Pod"]["metadata"]["uid"]
             answer = await c.ask("filter", body)
             assert answer["Error"] == (f"gpuqueue: pod team-a/{body['Pod']['metadata']['name']} (uid {uid}) is not in "
-                                       "gpuqueue's pod cache yet; kube-scheduler retries it")
+                                       "gpuqueue's pod cache (waited 1 s for it)")
             for _ in range(3):  # "renewed every 10 s"
                 assert {h["Score"] for h in await c.ask("prioritize", body)} == {0}
             assert c.view.nodes.pod_node(uid) is None

@@ -183,8 +183,7 @@ def test_pods_the_cache_does_not_know_share_what_their_spec_asks_and_another_spe
             verbs._REQUESTED.clear()
             verbs._REQUESTED.update(remembered)
         if gpus:
-            assert got["Error"] == f"gpuqueue: pod team-b/nct-low-1 (uid {uid}) is not in gpuqueue's pod cache yet; " \
-                                   "kube-scheduler retries it"
+            assert got["Error"] == f"gpuqueue: pod team-b/nct-low-1 (uid {uid}) is not in gpuqueue's pod cache"
         else:
             assert got["NodeNames"] == ["gh200-node-2", "h100-node-3", "gh200-node-1"]
     for uid, name in (("x", "bad-1"), ("y", "bad-2")):

@@ -42,6 +42,11 @@ def _controller_uid(meta: Mapping) -> str | None:
     return None
 
 
+def revision(resource_version: str | None) -> int:
+    """A resourceVersion as the integer etcd makes it (0: none, or not one)."""
+    return int(resource_version) if isinstance(resource_version, str) and resource_version.isdigit() else 0
+
+
 def group_members(meta: Mapping) -> frozenset[str]:
     """A pod group's Workload (Kueue's is-group-workload annotation): the uids of its pods, each an
     owner of it and none its controller."""
@@ -122,6 +127,7 @@ class CacheView(ViewIndexes):
         self._flavors = flavors if flavors is not None else {}
         self._covered: frozenset[str] | None = None
         self._covered_stale = True
+        self._workloads_rv = 0  # the newest Workload version taken in (etcd's revisions are integers)
 
     # -- objects in ----------------------------------------------------------------------------
     def upsert_node(self, obj: dict) -> None:
@@ -129,9 +135,12 @@ class CacheView(ViewIndexes):
             self._nodes.upsert_node(node_info_from_dict(obj))
         except (InvalidObject, ValidationError) as exc:
             log.warning("node %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
+            return
+        self.touched()
 
     def remove_node(self, obj: dict) -> None:
         self._nodes.remove_node((obj.get("metadata") or {}).get("name", ""))
+        self.touched()
 
     def upsert_pod(self, obj: dict) -> None:
         try:
@@ -168,6 +177,7 @@ class CacheView(ViewIndexes):
         self.drop_owner((obj.get("metadata") or {}).get("uid", ""))
 
     def upsert_workload(self, obj: dict) -> None:
+        self._workloads_rv = max(self._workloads_rv, revision((obj.get("metadata") or {}).get("resourceVersion")))
         entry = workload_entry(obj, self._flavors)
         if entry is None:
             self.remove_workload(obj)
@@ -189,6 +199,9 @@ class CacheView(ViewIndexes):
                 return None
             self._covered, self._covered_stale = covered_resources(cqs), False
         return self._covered
+
+    def workloads_behind(self, resource_version: str | None) -> bool:
+        return revision(resource_version) > self._workloads_rv
 
     def may_evict(self, pod: CachedPod) -> bool:
         """kube-scheduler may not evict pods of Workloads holding quota: quota preemption is the
@@ -253,6 +266,14 @@ class ControllerClusterView(CacheView):
     def workload_owned_by(self, uid: str):
         self._recount_once_synced()
         return super().workload_owned_by(uid)
+
+    def workloads_behind(self, resource_version: str | None) -> bool:
+        """The leader's own writes (every admission) are in its cache as it makes them; a
+        follower's cache holds what its watch brought so far (its bookmarks count too)."""
+        if self.ctl.leader:
+            return False
+        seen = revision(self.ctl.informers["workloads"].resource_version)
+        return revision(resource_version) > max(seen, self._workloads_rv)
 
     def _flavors_changed(self, obj: dict) -> None:
         for wl in self.ctl.informers["workloads"].list():  # admitted Workloads carry their flavors' labels

@@ -4,15 +4,17 @@ with a well-formed body; a request that cannot be read gets its ``Error``, never
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 import orjson
 
 from gpuqueue.tls import CA_FILE, ReloadingTLS
+from gpuqueue.extender.scheduler.catchup import WAIT_SECONDS
 from gpuqueue.extender.scheduler.memo import PodMemo
 from gpuqueue.extender.scheduler.http11 import JSON, TEXT, Answer, Connection, Route, Server
 from gpuqueue.extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
@@ -38,17 +40,29 @@ ALLOW_ANY_CLIENT_WARNING = ("serving /filter, /prioritize and /preempt to any cl
 
 def _endpoint(path: str, verb: Callable[[bytes, ClusterView], object], view: ClusterView,
               on_crash: Callable[[str], object], client_cert: bool = False) -> Route:
-    def handle(body: bytes, conn: Connection) -> Answer:
+    def crashed(exc: Exception) -> Answer:  # a bug must not turn into a 5xx kube-scheduler cannot read
+        log.exception("%s failed", path)
+        crash = on_crash(f"gpuqueue extender: internal error in {path}: {type(exc).__name__}: {exc}")
+        return Answer(200, JSON, orjson.dumps(crash))
+
+    def answer(result) -> Answer:
+        return Answer(200, JSON, result if isinstance(result, bytes) else orjson.dumps(result))
+
+    async def later(pending: Awaitable) -> Answer:
+        try:
+            return answer(await pending)
+        except Exception as exc:
+            return crashed(exc)
+
+    def handle(body: bytes, conn: Connection) -> Answer | Awaitable[Answer]:
         # The handshake already rejected a certificate of another CA; this refuses none at all.
         if client_cert and not conn.peercert:
             return NO_CLIENT_CERT
         try:
             result = verb(body, view)
-            return Answer(200, JSON, result if isinstance(result, bytes) else orjson.dumps(result))
-        except Exception as exc:  # a bug must not turn into a 5xx kube-scheduler cannot read
-            log.exception("%s failed", path)
-            crash = on_crash(f"gpuqueue extender: internal error in {path}: {type(exc).__name__}: {exc}")
-            return Answer(200, JSON, orjson.dumps(crash))
+            return later(result) if inspect.isawaitable(result) else answer(result)
+        except Exception as exc:
+            return crashed(exc)
 
     return Route(b"POST", handle)
 
@@ -69,7 +83,7 @@ def routes(view: ClusterView, client_cert: bool = False,
     open for the kubelet's probes."""
     memo = PodMemo()  # the pod of an attempt is decoded at /filter and reused at /prioritize
     return {
-        b"/filter": _endpoint("/filter", partial(filter_verb, memo=memo), view, filter_error, client_cert),
+        b"/filter": _endpoint("/filter", partial(filter_verb, memo=memo, wait=WAIT_SECONDS), view, filter_error, client_cert),
         b"/prioritize": _endpoint("/prioritize", partial(prioritize_verb, memo=memo), view,
                                   lambda msg: {"Error": msg}, client_cert),
         b"/preempt": _endpoint("/preempt", preempt_verb, view, lambda msg: preemption_result({}, msg), client_cert),

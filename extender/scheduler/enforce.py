@@ -40,21 +40,35 @@ def judge(view: ClusterView, meta: ObjectMeta, body_requested: Callable[[], froz
     it; ``body_requested``: the resources the body's spec asks for, read only for a pod the
     cache does not know). ``report``: hand a violation to the view (once per scheduling
     attempt: at /filter)."""
-    uid = meta.uid or ""
-    pod = view.pod(uid) if uid else None
-    if pod is None:
-        return _unknown(view, meta, body_requested)
-    if (meta.namespace or "") != pod.namespace or (meta.name or "") != pod.name:
-        return Retry(f"gpuqueue: the request names pod {meta.namespace or ''}/{meta.name or ''} but uid {uid} "
-                     f"is pod {pod.key} in gpuqueue's cache")
-    stated = controller_uid(meta)
-    if stated != pod.controller_uid:
-        return Retry(f"gpuqueue: the request says pod {pod.key} is controlled by uid {stated or '(none)'}, "
-                     f"gpuqueue's cache says {pod.controller_uid or '(none)'}")
-    verdict, violation = judge_pod(view, pod)
+    verdict, violation = judge_request(view, meta, body_requested)
     if violation is not None and report:
         view.report(violation)
     return verdict
+
+
+def judge_request(view: ClusterView, meta: ObjectMeta,
+                  body_requested: Callable[[], frozenset[str]]) -> tuple[Verdict, Violation | None]:
+    """``judge`` without reporting: the verdict and the violation found, if any."""
+    uid = meta.uid or ""
+    pod = view.pod(uid) if uid else None
+    if pod is None:
+        return _unknown(view, meta, body_requested), None
+    if (meta.namespace or "") != pod.namespace or (meta.name or "") != pod.name:
+        # a uid names one pod for its whole life: no newer version of it can make this right
+        return Retry(f"gpuqueue: the request names pod {meta.namespace or ''}/{meta.name or ''} but uid {uid} "
+                     f"is pod {pod.key} in gpuqueue's cache"), None
+    stated = controller_uid(meta)
+    if stated != pod.controller_uid:  # ownerReferences do change (adoption, orphaning)
+        return Retry(f"gpuqueue: the request says pod {pod.key} is controlled by uid {stated or '(none)'}, "
+                     f"gpuqueue's cache says {pod.controller_uid or '(none)'}",
+                     lagging=newer(meta.resource_version, pod.resource_version)), None
+    return judge_pod(view, pod)
+
+
+def newer(stated: str | None, cached: str) -> bool:
+    """Whether a request's resourceVersion is later than the cache's (etcd's revisions are
+    integers; another form cannot be compared, and is not taken as later)."""
+    return bool(stated and stated.isdigit() and cached.isdigit() and int(stated) > int(cached))
 
 
 def _unknown(view: ClusterView, meta: ObjectMeta, body_requested: Callable[[], frozenset[str]]) -> Verdict:
@@ -64,7 +78,7 @@ def _unknown(view: ClusterView, meta: ObjectMeta, body_requested: Callable[[], f
     who = f"pod {namespace}/{meta.name or ''}"
     if not meta.uid:
         return Retry(f"gpuqueue: {who} has no uid")
-    return Retry(f"gpuqueue: {who} (uid {meta.uid}) is not in gpuqueue's pod cache yet; kube-scheduler retries it")
+    return Retry(f"gpuqueue: {who} (uid {meta.uid}) is not in gpuqueue's pod cache", lagging=True)
 
 
 def judge_pod(view: ClusterView, pod: CachedPod) -> tuple[Verdict, Violation | None]:

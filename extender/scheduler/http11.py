@@ -2,7 +2,10 @@
 
 The extender's verbs are plain functions of the request body: nothing awaits. So each request
 is answered inside ``data_received`` as soon as its last byte is parsed, with no task, future,
-stream or request object per call; llhttp (``httptools``, in C) parses. Over the same TLS
+stream or request object per call; llhttp (``httptools``, in C) parses. A handler may instead
+return an awaitable answer (/filter waiting for its caches to catch up): then that connection's
+later requests wait their turn behind it (HTTP/1.1 answers in order, and each is judged after
+the one before it, as sent), while every other connection is served as before. Over the same TLS
 transport this costs a quarter of what aiohttp's ``web.Application`` did per request
 (bench/http_layer_bench.py); kube-scheduler calls an extender one pod at a time, so the HTTP
 layer is paid twice per pod.
@@ -18,11 +21,13 @@ connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import ssl
 import time
+from collections import deque
 from email.utils import formatdate
-from typing import Callable, NamedTuple
+from typing import Awaitable, Callable, NamedTuple, Union
 
 import httptools
 
@@ -32,6 +37,7 @@ JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 IDLE_SECONDS = 75.0  # as aiohttp's keep-alive timeout; Go's transports drop idle ones at 90 s
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers together
+MAX_QUEUED = 16  # requests pipelined behind one that waits; past that the connection is not read
 
 
 class Answer(NamedTuple):
@@ -42,7 +48,7 @@ class Answer(NamedTuple):
 
 class Route(NamedTuple):
     method: bytes  # b"GET" also serves HEAD
-    handle: Callable[[bytes, "Connection"], Answer]
+    handle: Callable[[bytes, "Connection"], Union[Answer, Awaitable[Answer]]]
 
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
@@ -78,6 +84,10 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.last_active = time.monotonic()
         self._peercert: dict | None | bool = False  # False: not looked up yet
+        # while a handler's answer is awaited: that task, and the requests read after it
+        self._waiting: asyncio.Task | None = None
+        self._queued: deque[tuple] = deque()
+        self._queue_full = False  # reading paused until the queue is served
         self._message_begun()
 
     def _message_begun(self) -> None:
@@ -93,6 +103,9 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.server.connections.discard(self)
         self.chunks = []
+        self._queued.clear()
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
@@ -154,18 +167,48 @@ class Connection(asyncio.Protocol):
         if self.parser.should_upgrade():  # llhttp stops before the body: data_received answers 400
             return
         path = self.url.split(b"?", 1)[0]
-        method = self.parser.get_method()
+        body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks = []
+        request = (path, self.parser.get_method(), body, not self.parser.should_keep_alive())
+        if self._waiting is not None:
+            self._queued.append(request)
+            if len(self._queued) == MAX_QUEUED:
+                self._queue_full = True
+                self.transport.pause_reading()
+            return
+        self._serve(request)
+
+    def _serve(self, request: tuple) -> None:
+        """Answer ``request``, or start awaiting its answer (``_waiting``)."""
+        path, method, body, close = request
         route = self.server.routes.get(path)
         if route is None:
             answer = _text(404, f"404: Not Found: {path.decode('latin-1')}")
         elif method != route.method and not (method == b"HEAD" and route.method == b"GET"):
             answer = _text(405, f"405: Method Not Allowed: {method.decode('latin-1')} {path.decode('latin-1')}")
         else:
-            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-            self.chunks = []
             answer = route.handle(body, self)
-        self._finish(answer, close=not self.parser.should_keep_alive(), head=method == b"HEAD",
+            if inspect.isawaitable(answer):
+                self._waiting = asyncio.ensure_future(self._answer_later(answer, method, close))
+                return
+        self._finish(answer, close=close, head=method == b"HEAD",
                      allow=route.method if answer.status == 405 else None)
+
+    async def _answer_later(self, pending: Awaitable[Answer], method: bytes, close: bool) -> None:
+        try:
+            answer = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the handler's own errors are answered by it; this is a bug
+            log.exception("answering an HTTP request failed")
+            answer, close = Answer(500, TEXT, b"gpuqueue extender: internal error"), True
+        self._waiting = None
+        self._finish(answer, close=close, head=method == b"HEAD")
+        while self._queued and self._waiting is None and not self.transport.is_closing():
+            self._serve(self._queued.popleft())
+        if self._queue_full and self._waiting is None and not self.transport.is_closing():
+            self._queue_full = False
+            self.transport.resume_reading()
 
     # -- answering -----------------------------------------------------------------------------
 
@@ -180,6 +223,9 @@ class Connection(asyncio.Protocol):
         self.header_bytes += n
         if self.header_bytes > MAX_HEADER_BYTES and not self.refused:
             self.refused = True
+            if self._waiting is not None:  # its answer would overtake the one awaited
+                self.transport.close()
+                return
             self._finish(_text(431, f"gpuqueue extender: request line and headers over {MAX_HEADER_BYTES} bytes"),
                          close=True)
 
@@ -187,6 +233,9 @@ class Connection(asyncio.Protocol):
         if self.refused:
             return
         self.refused, self.chunks, self.size = True, [], 0
+        if self._waiting is not None:  # its answer would overtake the one awaited
+            self.transport.close()
+            return
         limit = self.server.max_request_bytes
         self._finish(_text(413, f"gpuqueue extender: request body of {size} bytes or more is over the limit of "
                                 f"{limit} bytes (--max-request-bytes)"), close=False, closing=True)

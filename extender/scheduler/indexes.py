@@ -4,6 +4,8 @@ objects (``extender.controller.view.CacheView``), the in-memory one from a test'
 
 from __future__ import annotations
 
+import asyncio
+
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 
 from gpuqueue.extender.placement.cache import NodeCache
@@ -20,17 +22,39 @@ class ViewIndexes:
         self._owners: dict[str, Owner] = {}
         self._workloads: dict[str, WorkloadEntry] = {}  # by namespace/name
         self._by_owner: dict[str, dict[str, WorkloadEntry]] = {}
+        self._change: asyncio.Event | None = None  # set at the next change; only while a verb waits
+
+    def touched(self) -> None:
+        """Something a verdict reads changed: wake the verbs waiting for the cache."""
+        if self._change is not None:
+            self._change.set()
+            self._change = None
+
+    async def changed(self, timeout: float) -> bool:
+        if self._change is None:
+            self._change = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._change.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def workloads_behind(self, resource_version: str | None) -> bool:
+        return False  # filled by hand: nothing lags
 
     # -- filling -------------------------------------------------------------------------------
     def put_pod(self, pod: CachedPod) -> CachedPod:
         self._pods[pod.uid] = pod
+        self.touched()
         return pod
 
     def drop_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        self.touched()
 
     def put_owner(self, owner: Owner) -> Owner:
         self._owners[owner.uid] = owner
+        self.touched()
         return owner
 
     def drop_owner(self, uid: str) -> None:
@@ -41,6 +65,7 @@ class ViewIndexes:
         self._workloads[entry.key] = entry
         for uid in {entry.owner_uid, *entry.members}:
             self._by_owner.setdefault(uid, {})[entry.key] = entry
+        self.touched()
         return entry
 
     def drop_workload(self, key: str) -> None:

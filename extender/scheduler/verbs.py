@@ -4,22 +4,26 @@ logic is testable and measurable on its own; ``app.py`` puts it behind the HTTP/
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 from itertools import compress
-from typing import Callable
+from typing import Awaitable, Callable, NamedTuple
 
 import orjson
 
-from gpuqueue.extender.placement.filter import filter_nodes
+from gpuqueue.api.base import ObjectMeta
+from gpuqueue.extender.placement.filter import FilterResult, filter_nodes
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_spec
 from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import extender_scores
-from gpuqueue.extender.scheduler.enforce import judge
+from gpuqueue.extender.scheduler.catchup import behind
+from gpuqueue.extender.scheduler.enforce import judge, judge_request
 from gpuqueue.extender.scheduler.ownership import membership
-from gpuqueue.extender.scheduler.view import Admitted, ClusterView, NotAdmitted, Retry, Unmanaged
+from gpuqueue.extender.scheduler.view import (Admitted, ClusterView, NotAdmitted, Retry, Unmanaged, Verdict,
+                                              Violation)
 from gpuqueue.extender.scheduler.memo import DecodedPod, PodMemo
 from gpuqueue.extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
                                      encode_filter_result, encode_host_priorities, filter_error, filter_result,
@@ -127,41 +131,95 @@ def _name(pod: Pod) -> str:
     return f"{pod.metadata.namespace or ''}/{pod.metadata.name or ''}"
 
 
-def _read_request(body: bytes, memo: PodMemo | None):
-    """(pod, candidate names, full Nodes by name or None, their raw JSON or None, pod metadata,
-    whether the fast path read it) of a /filter or /prioritize body."""
+class _Request(NamedTuple):
+    pod: Pod | DecodedPod
+    names: list[str]
+    infos: dict[str, NodeInfo] | None  # full Nodes by name, when they came
+    raws: dict[str, dict] | None  # and their JSON
+    meta: ObjectMeta
+    fast: bool  # read by the fast path
+
+
+def _read_request(body: bytes, memo: PodMemo | None) -> _Request:
+    """A /filter or /prioritize body."""
     fast = _names_request(body, memo)
     if fast is not None:
         pod, names = fast
-        return pod, names, None, None, pod.pod.metadata, True
+        return _Request(pod, names, None, None, pod.pod.metadata, True)
     args: ExtenderArgs = decode(body, ExtenderArgs)
     names, infos, raws = _candidates(args)
-    return args.Pod, names, infos, raws, args.Pod.metadata, False
+    return _Request(args.Pod, names, infos, raws, args.Pod.metadata, False)
 
 
-def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> dict | bytes:
+class _Judged(NamedTuple):
+    verdict: Verdict
+    violation: Violation | None
+    result: FilterResult | None  # the nodes' verdicts, for an admitted pod
+    behind: str | None  # what the caches lack for this to be final (catchup.behind)
+
+
+def _judge_filter(req: _Request, view: ClusterView) -> _Judged:
+    verdict, violation = judge_request(view, req.meta, _requested_reader(req.pod))
+    result = filter_nodes(pod_request(verdict), req.names, view.nodes, req.infos) \
+        if isinstance(verdict, Admitted) else None
+    return _Judged(verdict, violation, result, behind(view, req.meta, verdict, result))
+
+
+def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None,
+                wait: float = 0.0) -> dict | bytes | Awaitable[dict | bytes]:
+    """/filter's answer. With ``wait`` > 0, a verdict that may only say the caches are behind
+    the request (``catchup.behind``) is not answered yet: an awaitable comes back instead,
+    which judges again at each change of the caches and answers once the verdict is final or
+    ``wait`` seconds have passed."""
     try:
-        pod, names, infos, raws, meta, fast = _read_request(body, memo)
-        verdict = judge(view, meta, _requested_reader(pod), report=True)
-        result = None
-        if isinstance(verdict, Unmanaged):
-            passed, failed, unresolvable = list(names), {}, {}
-        elif isinstance(verdict, NotAdmitted):
-            passed, failed, unresolvable = [], {}, {n: verdict.message for n in names}
-        elif isinstance(verdict, Retry):
-            return filter_error(verdict.message)
-        else:
-            req = pod_request(verdict)
-            result = filter_nodes(req, names, view.nodes, infos)
-            passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
-            if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
-                view.nodes.reserve(req.uid, passed[0], req.gpus, req.requests, req.job_key)
+        req = _read_request(body, memo)
+        judged = _judge_filter(req, view)
     except BadRequest as exc:
         log.warning("filter: %s", str(exc))
         return filter_error(str(exc))
-    if raws is not None:
-        return filter_result(node_items=[raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
-    if fast:
+    if judged.behind is not None and wait > 0:
+        return _filter_when_caught_up(req, view, judged, wait)
+    return _filter_answer(req, view, judged)
+
+
+async def _filter_when_caught_up(req: _Request, view: ClusterView, judged: _Judged, wait: float) -> dict | bytes:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while judged.behind is not None:
+        left = deadline - loop.time()
+        if left <= 0 or not await view.changed(left):
+            break
+        try:
+            judged = _judge_filter(req, view)
+        except BadRequest as exc:
+            return filter_error(str(exc))
+    if judged.behind is not None:
+        log.info("filter: pod %s/%s: the caches did not take in %s within %g s", req.meta.namespace,
+                 req.meta.name, judged.behind, wait)
+        if isinstance(judged.verdict, Retry):
+            judged = judged._replace(verdict=Retry(f"{judged.verdict.message} (waited {wait:g} s for it)"))
+    return _filter_answer(req, view, judged)
+
+
+def _filter_answer(req: _Request, view: ClusterView, judged: _Judged) -> dict | bytes:
+    verdict, result, names = judged.verdict, judged.result, req.names
+    if judged.violation is not None:
+        view.report(judged.violation)  # once per scheduling attempt
+    if isinstance(verdict, Unmanaged):
+        passed, failed, unresolvable = list(names), {}, {}
+    elif isinstance(verdict, NotAdmitted):
+        passed, failed, unresolvable = [], {}, {n: verdict.message for n in names}
+    elif isinstance(verdict, Retry):
+        return filter_error(verdict.message)
+    else:
+        passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
+        if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
+            r = pod_request(verdict)
+            view.nodes.reserve(r.uid, passed[0], r.gpus, r.requests, r.job_key)
+    if req.raws is not None:
+        return filter_result(node_items=[req.raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
+    if req.fast:
+        pod = req.pod
         answered = orjson.dumps(passed)
         pod.answered, pod.answered_names = answered, passed
         pod.answered_codes = (result.codes, result.epoch) if result is not None and result.codes is not None else None

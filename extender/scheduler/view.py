@@ -47,6 +47,7 @@ class CachedPod:
     # the labels and annotations that say which pod set of its kind it is in (registry.POD_KEYS)
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""  # the version the cache holds (to tell whether a request saw a newer one)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requested", frozenset(r for r, v in self.requests.items() if v > 0))
@@ -58,7 +59,8 @@ class CachedPod:
         return cls(meta.uid or "", meta.namespace or "", meta.name or "", controller_uid(meta),
                    engine_pod_requests(pod.spec), tuple(t.to_spec() for t in pod.spec.tolerations),
                    labels={k: v for k, v in meta.labels.items() if k in POD_KEYS},
-                   annotations={k: v for k, v in meta.annotations.items() if k in POD_KEYS})
+                   annotations={k: v for k, v in meta.annotations.items() if k in POD_KEYS},
+                   resource_version=meta.resource_version or "")
 
     @property
     def gpus(self) -> int:
@@ -135,10 +137,13 @@ class NotAdmitted:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Answered with an ``Error``: kube-scheduler marks the pod Unschedulable and retries it with
-    backoff. For what the cache cannot vouch for yet (a pod it has not seen)."""
+    """Answered with an ``Error`` (which kube-scheduler 1.24 parks with its unschedulable pods,
+    docs/extender.md). For what the cache cannot vouch for: a pod it has not seen, or that the
+    request describes otherwise. ``lagging``: the request saw a newer pod than the cache holds,
+    so the cache may only be behind (the verbs wait for it before answering this)."""
 
     message: str
+    lagging: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +197,11 @@ class ClusterView(Protocol):
 
     def report(self, violation: Violation) -> None:
         """A /filter found ``violation`` (counted; logged in Audit)."""
+
+    async def changed(self, timeout: float) -> bool:
+        """Wait until the caches take in some change (False: ``timeout`` seconds passed first)."""
+
+    def workloads_behind(self, resource_version: str | None) -> bool:
+        """Whether the Workloads cache may not hold yet what was written before
+        ``resource_version`` (a pod's, as a request states it): then a pending or missing
+        Workload may only be the cache lagging."""

@@ -1,14 +1,18 @@
 """A small stand-in for kube-scheduler with an extender, and the kubelet's part of running a pod
 (off by default; start it beside the job controller).
 
-For every pod that has no node yet, names one of ``scheduler_names`` and is not being deleted, it
-does what kube-scheduler 1.24 does with a non-ignorable, nodeCacheCapable extender
-(shared/fixtures/k8s-1.24/extender/): the in-tree checks first (node cordoned, nodeSelector, every
-resource the node's allocatable lists fits beside the pods bound there), then, for a pod that
-requests one of ``managed_resources``, POST /filter with the names of the nodes left; an ``Error``
-answer puts the pod in backoff, no node left leaves it unschedulable until something changes;
-with more than one node, POST /prioritize and bind to the best (ties: the first name). It binds
-through pods/binding (``Cluster.bind``) and the kubelet then reports the pod Running.
+For every pod that has no node yet, names one of ``scheduler_names``, has no scheduling gates and
+is not being deleted, it does what kube-scheduler does with a non-ignorable, nodeCacheCapable
+extender (shared/fixtures/k8s-1.24/extender/): the in-tree checks first (node cordoned,
+nodeSelector, every resource the node's allocatable lists fits beside the pods bound there), then,
+for a pod that requests one of ``managed_resources``, POST /filter with the names of the nodes
+left; with more than one node, POST /prioritize and bind to the best (ties: the first name). It
+binds through pods/binding (``Cluster.bind``) and the kubelet then reports the pod Running.
+
+Pods wait their turn as in kube-scheduler's scheduling queue (``schedqueue``: backoff 1 s doubling
+to 10 s, unschedulable pods back on a cluster event that could help or after five minutes, an
+extender ``Error`` handled as ``version`` handles it), on a ``clock``: ``VirtualClock`` (the
+default) skips the waits, so tests do not sleep them; ``bound_at`` says when each pod was bound.
 
 The extender is a coroutine function ``(verb, body bytes) -> answer bytes``: the real HTTPS
 client in end-to-end tests, or the verbs called in process.
@@ -32,6 +36,8 @@ from . import rules
 from . import status as S
 from .loop import BackgroundLoop
 from .registry import Cluster, Write
+from .schedqueue import (ASSIGNED_POD_DELETED, NODE_CHANGED, POD_BOUND, POD_CREATED, V1_24, RealClock,
+                         SchedulingQueue, VirtualClock)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,16 @@ def pod_runs(pod: dict) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in TERMINAL
 
 
+def _changed(old: dict | None, new: dict) -> bool:
+    """The pod itself changed (spec, labels, annotations), as kube-scheduler's isPodUpdated reads it."""
+    if old is None:
+        return True
+    strip = ("resourceVersion", "generation", "managedFields")
+    meta = {k: v for k, v in new["metadata"].items() if k not in strip}
+    old_meta = {k: v for k, v in old["metadata"].items() if k not in strip}
+    return meta != old_meta or new.get("spec") != old.get("spec")
+
+
 def pod_requests(pod: dict) -> dict[str, int]:
     try:
         return engine_pod_requests(PodSpec.model_validate(pod.get("spec") or {}))
@@ -55,17 +71,20 @@ def pod_requests(pod: dict) -> dict[str, int]:
 class Scheduler(BackgroundLoop):
     def __init__(self, cluster: Cluster, extender: Extender | None = None, *,
                  managed_resources: tuple[str, ...] = ("nvidia.com/gpu",),
-                 scheduler_names: tuple[str, ...] = ("default-scheduler",), backoff: float = 0.05,
-                 retry_interval: float = 0.2):
+                 scheduler_names: tuple[str, ...] = ("default-scheduler",), version: str = V1_24,
+                 clock: RealClock | None = None):
         self.cluster = cluster
         self.extender = extender
         self.managed_resources = managed_resources
         self.scheduler_names = scheduler_names
-        self.backoff = backoff
-        self.retry_interval = retry_interval  # unschedulable pods are tried again at least this often
+        self.clock = clock if clock is not None else VirtualClock()
+        self.queue = SchedulingQueue(self.clock, version)
         self.unschedulable: dict[str, str] = {}  # pod uid -> why (the last FailedScheduling message)
         self.extender_errors = 0
-        self._backoff_until: dict[str, float] = {}
+        self.attempts = 0
+        self.queued_at: dict[str, float] = {}  # pod uid -> when it joined the queue (clock time)
+        self.bound_at: dict[str, float] = {}  # pod uid -> when it was bound (clock time)
+        self._keys: dict[str, tuple[str, str]] = {}  # queued pod uid -> (namespace, name)
         self._wake = asyncio.Event()
         cluster.observers.append(self._on_write)
 
@@ -74,74 +93,122 @@ class Scheduler(BackgroundLoop):
         if self._on_write in self.cluster.observers:
             self.cluster.observers.remove(self._on_write)
 
+    def _ours(self, pod: dict) -> bool:
+        """Waiting for this scheduler: no node, not gated, not being deleted, not terminated."""
+        spec, meta = pod.get("spec") or {}, pod["metadata"]
+        return (not spec.get("nodeName") and not meta.get("deletionTimestamp") and not spec.get("schedulingGates")
+                and spec.get("schedulerName", "default-scheduler") in self.scheduler_names
+                and (pod.get("status") or {}).get("phase") not in TERMINAL)
+
+    def _queue(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        if meta["uid"] not in self._keys:
+            self._keys[meta["uid"]] = (meta["namespace"], meta["name"])
+            self.queued_at.setdefault(meta["uid"], self.clock.now())
+            self.queue.add(meta["uid"], (self.clock.now(), meta.get("creationTimestamp", ""), meta["name"]))
+
+    def _forget(self, uid: str) -> None:
+        self._keys.pop(uid, None)
+        self.queue.forget(uid)
+
     def _on_write(self, write: Write) -> None:
-        if write.resource in (R.PODS, R.NODES) and write.verb not in ("scheduler", "kubelet"):
-            self._wake.set()
+        if write.resource == R.NODES:
+            if write.type != "DELETED":
+                self.queue.event(NODE_CHANGED)
+                self._wake.set()
+            return
+        if write.resource != R.PODS:
+            return
+        new, old = write.new, write.old
+        uid = new["metadata"]["uid"]
+        bound = bool((new.get("spec") or {}).get("nodeName"))
+        if write.type == "DELETED":
+            self._forget(uid)
+            if bound:
+                self.queue.event(ASSIGNED_POD_DELETED)
+        elif write.type == "ADDED":
+            self.queue.event(POD_CREATED)
+            if self._ours(new):
+                self._queue(new)
+        else:
+            if bound and not (old.get("spec") or {}).get("nodeName"):
+                self.queue.event(POD_BOUND)
+            if not self._ours(new):
+                self._forget(uid)
+            elif uid not in self._keys:
+                self._queue(new)  # ungated, or now named for this scheduler
+            elif write.subresource != "status" and _changed(old, new):
+                self.queue.updated(uid)
+        self._wake.set()
 
     async def _run(self) -> None:
+        for pod in list(self.cluster.store.kind(R.PODS.storage_key).values()):
+            if self._ours(pod):
+                self._queue(pod)
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.retry_interval)
-            except asyncio.TimeoutError:
-                pass
             self._wake.clear()
-            for pod in self._pending():
+            for uid in self.queue.due():
+                key = self._keys.get(uid)
+                pod = self.cluster.store.get(R.PODS.storage_key, key) if key is not None else None
+                if pod is None or pod["metadata"]["uid"] != uid or not self._ours(pod):
+                    self._forget(uid)
+                    continue
                 try:
                     await self.schedule_one(pod)
-                except S.ApiError as exc:  # the pod changed under us (deleted, bound): next round
+                except S.ApiError as exc:  # the pod changed under us (deleted, bound): as unschedulable
                     log.debug("binding %s failed: %s", pod["metadata"]["name"], exc)
-
-    def _pending(self) -> list[dict]:
-        loop = asyncio.get_running_loop()
-        out = []
-        for pod in self.cluster.store.kind(R.PODS.storage_key).values():
-            spec, meta = pod.get("spec") or {}, pod["metadata"]
-            if spec.get("nodeName") or meta.get("deletionTimestamp"):
-                continue
-            if spec.get("schedulerName", "default-scheduler") not in self.scheduler_names:
-                continue
-            if (pod.get("status") or {}).get("phase") in TERMINAL:
-                continue
-            if self._backoff_until.get(meta["uid"], 0.0) > loop.time():
-                continue
-            out.append(pod)
-        out.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
-        return out
+                    self.queue.failed(uid, error=False)
+            if not self._wake.is_set():
+                await self.clock.idle(self._wake, self.queue.next_timer())
 
     # --- one scheduling attempt ---------------------------------------------------------------------
 
     async def schedule_one(self, pod: dict) -> str | None:
         meta = pod["metadata"]
+        uid = meta["uid"]
+        self.attempts += 1
+        self.queue.attempt(uid)
         requests = pod_requests(pod)
         nodes = self._feasible(pod, requests)
         if nodes and self.extender is not None and any(requests.get(r, 0) > 0 for r in self.managed_resources):
             body = orjson.dumps({"Pod": self.cluster.render(R.PODS, pod), "Nodes": None, "NodeNames": nodes})
-            answer = orjson.loads(await self.extender("filter", body))
+            try:
+                answer = orjson.loads(await self.extender("filter", body))
+            except (OSError, asyncio.TimeoutError, orjson.JSONDecodeError) as exc:  # the call failed: an Error too
+                answer = {"Error": f"extender call failed: {exc!r}"}
             if answer.get("Error"):
                 self.extender_errors += 1
-                self.unschedulable[meta["uid"]] = answer["Error"]
-                self._backoff_until[meta["uid"]] = asyncio.get_running_loop().time() + self.backoff
+                self.unschedulable[uid] = answer["Error"]
+                self.queue.failed(uid, error=True)
                 return None
             failed = {**(answer.get("FailedNodes") or {}), **(answer.get("FailedAndUnresolvableNodes") or {})}
             nodes = [n for n in answer.get("NodeNames") or () if n in nodes]
             if not nodes:
-                self.unschedulable[meta["uid"]] = "; ".join(sorted(set(failed.values()))) or "no nodes"
+                self.unschedulable[uid] = "; ".join(sorted(set(failed.values()))) or "no nodes"
+                self.queue.failed(uid, error=False)
                 return None
             if len(nodes) > 1:
                 body = orjson.dumps({"Pod": self.cluster.render(R.PODS, pod), "Nodes": None, "NodeNames": nodes})
                 scores = {h["Host"]: h["Score"] for h in orjson.loads(await self.extender("prioritize", body)) or ()}
                 nodes = sorted(nodes, key=lambda n: (-scores.get(n, 0), n))
         if not nodes:
-            self.unschedulable[meta["uid"]] = "no node fits"
+            self.unschedulable[uid] = "no node fits"
+            self.queue.failed(uid, error=False)
             return None
         current = self.cluster.store.get(R.PODS.storage_key, (meta["namespace"], meta["name"]))
-        if current is None or current["metadata"]["uid"] != meta["uid"]:
+        if current is None or current["metadata"]["uid"] != uid:
+            self._forget(uid)
             return None
-        self.cluster.bind(meta["namespace"], meta["name"], nodes[0], uid=meta["uid"])
-        self.unschedulable.pop(meta["uid"], None)
+        self.bound_at[uid] = self.clock.now()  # before: the binding's observers read it
+        try:
+            self.cluster.bind(meta["namespace"], meta["name"], nodes[0], uid=uid)
+        except S.ApiError:
+            del self.bound_at[uid]
+            raise
+        self._forget(uid)
+        self.unschedulable.pop(uid, None)
         self._kubelet_runs(meta["namespace"], meta["name"])
         return nodes[0]
-
     def _feasible(self, pod: dict, requests: dict[str, int]) -> list[str]:
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         used: dict[str, dict[str, int]] = {}

@@ -1,0 +1,177 @@
+"""kube-scheduler's scheduling queue, as far as the stand-in scheduler needs it, and the clocks it
+runs on.
+
+A pod waits in one of three places (pkg/scheduler/internal/queue): active (tried next, oldest
+first), backoff (tried once its backoff is over: 1 s after the first failed attempt, doubling to
+10 s), or with the unschedulable pods, which come back only when a cluster event that could help
+them happens, or after five minutes there (the periodic flush). Which events help, and where an
+extender ``Error`` sends a pod, depend on the version (measured on real kube-schedulers:
+shared/data/kube-scheduler-retries.md):
+
+- 1.24: an ``Error`` is parked with the unschedulable pods, like a pod no node fits; they move on a
+  Node added or changed or an assigned pod deleted, not on pods created or bound;
+- current (1.36): an ``Error`` goes to backoff (retried whatever happens); the unschedulable pods
+  also move on a pod created, bound or deleted.
+
+A pod's own update (not its status) moves it too, in both. Moving a pod whose backoff is not over
+puts it in backoff, as kube-scheduler does; and a pod that fails while such an event happened
+during its attempt goes to backoff rather than the unschedulable pods (moveRequestCycle).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+INITIAL_BACKOFF = 1.0  # podInitialBackoffSeconds
+MAX_BACKOFF = 10.0  # podMaxBackoffSeconds
+MAX_UNSCHEDULABLE = 300.0  # podMaxInUnschedulablePodsDuration: the flush
+V1_24, CURRENT = "1.24", "current"
+VERSIONS = (V1_24, CURRENT)
+
+# the cluster events that move unschedulable pods, per version
+NODE_CHANGED, ASSIGNED_POD_DELETED, POD_CREATED, POD_BOUND = "NodeChanged", "AssignedPodDeleted", "PodCreated", "PodBound"
+MOVES = {V1_24: frozenset({NODE_CHANGED, ASSIGNED_POD_DELETED}),
+         CURRENT: frozenset({NODE_CHANGED, ASSIGNED_POD_DELETED, POD_CREATED, POD_BOUND})}
+
+
+class RealClock:
+    """The event loop's time; waits are real."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def idle(self, wake: asyncio.Event, until: float | None) -> None:
+        """Wait for ``wake`` or until the clock reads ``until`` (None: only ``wake``)."""
+        timeout = None if until is None else max(until - self.now(), 0.0)
+        try:
+            await asyncio.wait_for(wake.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+
+class VirtualClock(RealClock):
+    """Real time plus the idle time skipped: when the scheduler has nothing to do before a timer
+    (a backoff, the flush) and no write wakes it for ``quiet`` real seconds, the clock jumps to the
+    timer. Waits then cost ``quiet``, and what happens meanwhile elsewhere is late in virtual
+    time, never early: times measured on it are not shorter than kube-scheduler's would be."""
+
+    def __init__(self, quiet: float = 0.05) -> None:
+        self.quiet = quiet
+        self.skipped = 0.0
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time() + self.skipped
+
+    async def idle(self, wake: asyncio.Event, until: float | None) -> None:
+        if until is None:
+            await wake.wait()
+            return
+        left = until - self.now()
+        if left <= 0:
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), min(left, self.quiet))
+            return
+        except asyncio.TimeoutError:
+            pass
+        left = until - self.now()
+        if left > 0 and not wake.is_set():
+            self.skipped += left
+
+
+def backoff(attempts: int) -> float:
+    return min(INITIAL_BACKOFF * 2 ** max(attempts - 1, 0), MAX_BACKOFF) if attempts > 0 else 0.0
+
+
+ACTIVE, BACKOFF, UNSCHEDULABLE = "active", "backoff", "unschedulable"
+
+
+@dataclass
+class Queued:
+    uid: str
+    order: tuple  # oldest first among the active pods
+    where: str = ACTIVE
+    attempts: int = 0
+    last_try: float = -math.inf
+    since: float = 0.0  # when it went where it is
+    cycle: int = 0  # the scheduling cycle of its last attempt
+
+    @property
+    def backoff_until(self) -> float:
+        return self.last_try + backoff(self.attempts)
+
+
+class SchedulingQueue:
+    def __init__(self, clock: RealClock, version: str = V1_24) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"kube-scheduler version {version!r}: one of {', '.join(VERSIONS)}")
+        self.clock = clock
+        self.version = version
+        self.pods: dict[str, Queued] = {}
+        self.moves = 0  # unschedulable pods moved by a cluster event
+        self.flushed = 0  # moved by the five-minute flush
+        self.cycle = 0  # scheduling attempts so far
+        self.move_cycle = -1  # the cycle during which a moving event last happened
+
+    def add(self, uid: str, order: tuple) -> None:
+        if uid not in self.pods:
+            self.pods[uid] = Queued(uid, order, since=self.clock.now())
+
+    def forget(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+
+    def updated(self, uid: str) -> None:
+        """The pod itself changed (not its status): as a cluster event, for it alone."""
+        q = self.pods.get(uid)
+        if q is not None and q.where == UNSCHEDULABLE:
+            self._move(q)
+
+    def event(self, kind: str) -> None:
+        if kind not in MOVES[self.version]:
+            return
+        self.move_cycle = self.cycle
+        for q in self.pods.values():
+            if q.where == UNSCHEDULABLE:
+                self.moves += 1
+                self._move(q)
+
+    def _move(self, q: Queued) -> None:
+        now = self.clock.now()
+        q.where, q.since = (BACKOFF if q.backoff_until > now else ACTIVE), now
+
+    def attempt(self, uid: str) -> None:
+        """An attempt at ``uid`` starts."""
+        self.cycle += 1
+        q = self.pods.get(uid)
+        if q is not None:
+            q.cycle = self.cycle
+
+    def failed(self, uid: str, *, error: bool) -> None:
+        """An attempt failed: no node fits (``error`` False) or the extender answered an Error."""
+        q = self.pods.get(uid)
+        if q is None:
+            return
+        now = self.clock.now()
+        q.attempts += 1
+        q.last_try = q.since = now
+        parked = not (error and self.version == CURRENT) and self.move_cycle < q.cycle
+        q.where = UNSCHEDULABLE if parked else BACKOFF
+
+    def due(self) -> list[str]:
+        """The pods to try now, oldest first: the active ones, those whose backoff is over, and the
+        unschedulable ones flushed."""
+        now = self.clock.now()
+        for q in self.pods.values():
+            if q.where == BACKOFF and q.backoff_until <= now:
+                q.where = ACTIVE
+            elif q.where == UNSCHEDULABLE and now - q.since >= MAX_UNSCHEDULABLE:
+                self.flushed += 1
+                self._move(q)
+        return [q.uid for q in sorted((q for q in self.pods.values() if q.where == ACTIVE), key=lambda q: q.order)]
+
+    def next_timer(self) -> float | None:
+        """When a pod next becomes due without an event (None: none will)."""
+        times = [q.backoff_until if q.where == BACKOFF else q.since + MAX_UNSCHEDULABLE
+                 for q in self.pods.values() if q.where in (BACKOFF, UNSCHEDULABLE)]
+        return min(times) if times else None
