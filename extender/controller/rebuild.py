@@ -28,6 +28,7 @@ class RebuildFromApi:
         or waits for quota (stays_managed), in creation order, then every other reservation -
         a Workload holding one counts until its Job's pods are gone, whatever became of the Job."""
         engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
+        engine.nodes = getattr(self, "node_source", None)  # set by the extender's view (tas_nodes.py)
         self.engine = engine
         self.jobs.clear()
         self.quota_objects.load(engine, self.informers)

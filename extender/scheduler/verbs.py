@@ -11,12 +11,13 @@ from typing import Callable
 
 import orjson
 
-from gpuqueue.extender.placement.filter import filter_nodes
+from gpuqueue.extender.placement.filter import FilterResult, filter_nodes
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_spec
 from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import extender_scores
+from gpuqueue.extender.placement.topology import outside_assignment
 from gpuqueue.extender.scheduler.enforce import judge
 from gpuqueue.extender.scheduler.ownership import membership
 from gpuqueue.extender.scheduler.view import Admitted, ClusterView, NotAdmitted, Retry, Unmanaged
@@ -139,6 +140,16 @@ def _read_request(body: bytes, memo: PodMemo | None):
     return args.Pod, names, infos, raws, args.Pod.metadata, False
 
 
+def _hold_to_assignment(verdict: Admitted, result: FilterResult, view: ClusterView) -> None:
+    """Beyond Kueue: the passed nodes outside the pod set's topology assignment are refused."""
+    outside = outside_assignment(verdict.topology, result.passed, view.nodes, verdict.job_key, verdict.pod.uid,
+                                 verdict.where)
+    if outside:
+        result.passed = [n for n in result.passed if n not in outside]
+        result.unresolvable.update(outside)
+        result.codes = None  # /prioritize reads the scores again
+
+
 def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> dict | bytes:
     try:
         pod, names, infos, raws, meta, fast = _read_request(body, memo)
@@ -153,6 +164,8 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None) -> 
         else:
             req = pod_request(verdict)
             result = filter_nodes(req, names, view.nodes, infos)
+            if verdict.topology is not None:
+                _hold_to_assignment(verdict, result, view)
             passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
             if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
                 view.nodes.reserve(req.uid, passed[0], req.gpus, req.requests, req.job_key)
@@ -183,6 +196,10 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
         log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
     scores = extender_scores(req, names, view.nodes, pod.answered_codes if answered else None)
+    if verdict.topology is not None:  # the assigned nodes only; kube-scheduler's own scores decide among them
+        outside = outside_assignment(verdict.topology, names, view.nodes, verdict.job_key, verdict.pod.uid,
+                                     verdict.where)
+        scores = [0 if n in outside else s for n, s in zip(names, scores)]
     if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
         top = max(scores)
         view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,
