@@ -223,3 +223,46 @@ async def test_plain_quota_admits_the_fragmented_job_as_kueue_would(tmp_path):
                          what="admitted on quota alone")
         await eventually(lambda: len(c.pods("two-by-four")) == 2, what="its pods made")
         assert not any(p["spec"].get("nodeName") for p in c.pods("two-by-four"))  # and they cannot be placed
+
+
+async def test_admitted_assignments_hold_their_nodes_before_their_pods_bind_and_across_a_restart(tmp_path):
+    async with running(tmp_path, TAS_WORLD, scheduler=False) as c:  # no kube-scheduler: no pod binds
+        required = {"kueue.x-k8s.io/podset-required-topology": BLOCK}
+        await c.h.submit(job("first", 4, 4, required))
+        await eventually(lambda: c.condition("first", "Admitted").get("status") == "True", what="first admitted")
+        await c.h.submit(job("second", 4, 4, required))
+        await eventually(lambda: c.condition("second", "Admitted").get("status") == "True", what="second admitted")
+        blocks = {assignment(c.h.workload_of("team-a", n))["slices"][0]["valuesPerLevel"][0]["roots"][0][:2]
+                  for n in ("first", "second")}
+        assert blocks == {"b1", "b2"}
+        # a restarted controller reads both assignments back from the Workloads: nothing is free
+        await c.h.kill(c.ctl)
+        await c.h.submit(job("third", 1, 4, required))
+        ctl = Controller(client.ApiClient(c.h.api.client_configuration()), FAST, identity="second")
+        c.h.controllers.append(ctl)
+        ControllerClusterView(ctl)
+        await ctl.start()
+        await eventually(lambda: c.condition("third", "QuotaReserved").get("message") == (
+            "couldn't assign flavors to pod set main: topology \"default\" doesn't allow to fit any of 1 pod(s). "
+            "Total nodes: 8; excluded: resource \"nvidia.com/gpu\": 8"), timeout=10, what="third pending: every node is assigned")
+
+
+async def test_not_ready_and_cordoned_nodes_are_not_offered(tmp_path):
+    world = copy.deepcopy(TAS_WORLD)
+    for obj in world:
+        if obj["kind"] == "Node" and obj["metadata"]["name"] == "b1-r1-n1":
+            obj["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        if obj["kind"] == "Node" and obj["metadata"]["name"] == "b2-r2-n2":
+            obj["spec"] = {"unschedulable": True}
+    async with running(tmp_path, world) as c:
+        await c.h.submit(job("block", 4, 4, {"kueue.x-k8s.io/podset-required-topology": BLOCK}))
+        await eventually(lambda: "allows to fit only 3 out of 4 pod(s)" in c.condition("block", "QuotaReserved").get(
+            "message", ""), what="no whole block")
+        assert c.condition("block", "QuotaReserved")["message"] == (
+            "couldn't assign flavors to pod set main: topology \"default\" allows to fit only 3 out of 4 pod(s). "
+            "Total nodes: 7; excluded: taint \"node.kubernetes.io/unschedulable:NoSchedule\": 1")
+        await c.h.submit(job("three", 3, 4, {"kueue.x-k8s.io/podset-required-topology": BLOCK}))
+        await eventually(lambda: c.condition("three", "Admitted").get("status") == "True", what="three admitted")
+        await eventually(lambda: len(c.pods("three")) == 3 and all(p["spec"].get("nodeName") for p in c.pods("three")),
+                         timeout=10, what="bound")
+        assert sorted(p["spec"]["nodeName"] for p in c.pods("three")) == ["b1-r1-n2", "b1-r2-n1", "b1-r2-n2"]
