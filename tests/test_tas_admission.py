@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 
 import aiohttp
 import orjson
-import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.api.topology import HOSTNAME_LABEL
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.view import ControllerClusterView
-from gpuqueue.extender.scheduler import app as extender_app
-from gpuqueue.jobframework.enforcement import EnforcementConfig
 from tests.controller_support import FAST, Harness, eventually
-from tests.extender_support import extender_cert_dir, post, scheduler_context
+from tests.extender_support import controller_and_extender, post
 from tests.standin import resources as R
 from tests.standin.scheduler import Scheduler
 
@@ -91,26 +87,19 @@ async def running(tmp_path, objects: list[dict], scheduler: bool = True):
     async with Harness() as h:
         for obj in objects:
             await h.apply(obj)
-        await h.namespace("gpuqueue-system")
-        options = dataclasses.replace(FAST, enforcement=EnforcementConfig(mode="Strict"))
-        ctl = Controller(client.ApiClient(h.api.client_configuration()), options, identity="test")
-        h.controllers.append(ctl)
-        view = ControllerClusterView(ctl)  # before the caches start, as `gpuqueue extender` does
-        await ctl.start()
-        await ctl.wait_synced()
-        cert_dir = extender_cert_dir(tmp_path)
-        server = await extender_app.start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
-        try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as s:
-                loop = Loop(h, ctl, view, f"https://127.0.0.1:{server.addresses[0][1]}", s)
-                if scheduler:
-                    loop.scheduler.start()
-                try:
-                    yield loop
-                finally:
-                    await loop.scheduler.stop()
-        finally:
-            await server.cleanup()
+        async with controller_and_extender(h, tmp_path) as (ctl, view, base, session):
+            loop = Loop(h, ctl, view, base, session)
+            if scheduler:
+                loop.scheduler.start()
+            try:
+                yield loop
+            finally:
+                await loop.scheduler.stop()
+
+
+async def pending_with(c: "Loop", name: str, message: str) -> None:
+    await eventually(lambda: c.condition(name, "QuotaReserved").get("message") == message, timeout=10,
+                     what=f"{name} pending with {message!r} (has {c.condition(name, 'QuotaReserved').get('message')!r})")
 
 
 def assignment(wl: dict) -> dict:
@@ -148,11 +137,8 @@ async def test_a_job_that_needs_a_block_is_admitted_onto_one_block_and_its_pods_
         assert roots == ["b2-r1-n1", "b2-r1-n2", "b2-r2-n1", "b2-r2-n2"]
         # and a third waits: no block has room, though 32 GPUs of quota do
         await c.h.submit(job("block3", 4, 4, {"kueue.x-k8s.io/podset-required-topology": BLOCK}))
-        await eventually(lambda: "doesn't allow to fit any of 4 pod(s)" in c.condition("block3", "QuotaReserved").get(
-            "message", ""), what="block3 pending")
-        assert c.condition("block3", "QuotaReserved")["message"] == (
-            "couldn't assign flavors to pod set main: topology \"default\" doesn't allow to fit any of 4 pod(s). "
-            "Total nodes: 8; excluded: resource \"nvidia.com/gpu\": 8")
+        await pending_with(c, "block3", "couldn't assign flavors to pod set main: topology \"default\" doesn't allow "
+                           "to fit any of 4 pod(s). Total nodes: 8; excluded: resource \"nvidia.com/gpu\": 8")
 
 
 async def test_the_extender_refuses_every_node_outside_the_assignment_whatever_the_pod_says(tmp_path):
@@ -256,11 +242,9 @@ async def test_not_ready_and_cordoned_nodes_are_not_offered(tmp_path):
             obj["spec"] = {"unschedulable": True}
     async with running(tmp_path, world) as c:
         await c.h.submit(job("block", 4, 4, {"kueue.x-k8s.io/podset-required-topology": BLOCK}))
-        await eventually(lambda: "allows to fit only 3 out of 4 pod(s)" in c.condition("block", "QuotaReserved").get(
-            "message", ""), what="no whole block")
-        assert c.condition("block", "QuotaReserved")["message"] == (
-            "couldn't assign flavors to pod set main: topology \"default\" allows to fit only 3 out of 4 pod(s). "
-            "Total nodes: 7; excluded: taint \"node.kubernetes.io/unschedulable:NoSchedule\": 1")
+        await pending_with(c, "block", "couldn't assign flavors to pod set main: topology \"default\" allows to fit "
+                           "only 3 out of 4 pod(s). Total nodes: 7; excluded: taint "
+                           "\"node.kubernetes.io/unschedulable:NoSchedule\": 1")
         await c.h.submit(job("three", 3, 4, {"kueue.x-k8s.io/podset-required-topology": BLOCK}))
         await eventually(lambda: c.condition("three", "Admitted").get("status") == "True", what="three admitted")
         await eventually(lambda: len(c.pods("three")) == 3 and all(p["spec"].get("nodeName") for p in c.pods("three")),
