@@ -202,13 +202,19 @@ async def test_placement_aware_flavor_keeps_two_4_gpu_pods_pending_on_2_2_2_2_fr
 
 
 async def test_plain_quota_admits_the_fragmented_job_as_kueue_would(tmp_path):
-    async with running(tmp_path, fragmented({})) as c:
+    async with running(tmp_path, fragmented({}), scheduler=False) as c:
         await occupy_two_gpus_each(c)
         await c.h.submit(job("two-by-four", 2, 4))
         await eventually(lambda: c.condition("two-by-four", "Admitted").get("status") == "True",
                          what="admitted on quota alone")
-        await eventually(lambda: len(c.pods("two-by-four")) == 2, what="its pods made")
-        assert not any(p["spec"].get("nodeName") for p in c.pods("two-by-four"))  # and they cannot be placed
+        await eventually(lambda: len(c.pods("two-by-four")) == 2 and all(c.view.pod(p["metadata"]["uid"])
+                                                                         for p in c.pods("two-by-four")),
+                         what="its pods made and known")
+        # and no node can take them: what kube-scheduler hears
+        body = orjson.dumps({"Pod": c.pods("two-by-four")[0], "Nodes": None, "NodeNames": [f"gpu-{i}" for i in range(4)]})
+        status, answer = await post(c.session, f"{c.base}/filter", body)
+        assert status == 200 and not answer.get("NodeNames")
+        assert set(answer["FailedNodes"].values()) == {"node has 2 GPUs free, pod needs 4"}
 
 
 async def test_admitted_assignments_hold_their_nodes_before_their_pods_bind_and_across_a_restart(tmp_path):
