@@ -108,6 +108,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("extender", KUEUE, "localqueues/status", "patch", "pending/admitted counts, usage"),
     _a("extender", KUEUE, "cohorts", LIST_WATCH, "cohort quota and hierarchy"),
     _a("extender", KUEUE, "resourceflavors", LIST_WATCH, "flavors' node labels and tolerations"),
+    _a("extender", KUEUE, "topologies", LIST_WATCH, "a TAS flavor's topology levels"),
     _a("extender", KUEUE, "workloadpriorityclasses", LIST_WATCH, "workload priority"),
     _a("extender", "scheduling.k8s.io", "priorityclasses", LIST_WATCH, "pod priority as workload priority"),
     _a("extender", "", "namespaces", LIST_WATCH, "ClusterQueue namespaceSelector"),

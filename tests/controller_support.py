@@ -31,7 +31,8 @@ FAST = Options(debounce=0.005, status_interval=0.05, qps=5000, burst=5000, resub
 
 KIND_OF = {"ResourceFlavor": K.RESOURCE_FLAVORS, "Cohort": K.COHORTS, "ClusterQueue": K.CLUSTER_QUEUES,
            "LocalQueue": K.LOCAL_QUEUES, "Node": K.NODES, "Namespace": K.NAMESPACES,
-           "PriorityClass": K.PRIORITY_CLASSES, "WorkloadPriorityClass": K.WORKLOAD_PRIORITY_CLASSES}
+           "PriorityClass": K.PRIORITY_CLASSES, "WorkloadPriorityClass": K.WORKLOAD_PRIORITY_CLASSES,
+           "Topology": K.TOPOLOGIES}
 
 
 def scenario(name: str) -> tuple[list[dict], list[dict], list[dict]]:

@@ -4,6 +4,8 @@ strangers, and a client that POSTs bodies the way kube-scheduler does."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import ssl
 from pathlib import Path
 
@@ -41,3 +43,34 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes | dict) -> 
     async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as resp:
         raw = await resp.read()
         return resp.status, orjson.loads(raw) if resp.content_type == "application/json" else raw
+
+
+@contextlib.asynccontextmanager
+async def controller_and_extender(h, tmp_path: Path, mode: str = "Strict"):
+    """A leading controller on the harness's stand-in, with the extender's view over its caches
+    served on HTTPS as `gpuqueue extender` serves it: (controller, view, base URL, a session with
+    kube-scheduler's client certificate)."""
+    from kubernetes_asyncio import client
+
+    from gpuqueue.extender.controller.controller import Controller
+    from gpuqueue.extender.controller.view import ControllerClusterView
+    from gpuqueue.extender.scheduler import app as extender_app
+    from gpuqueue.jobframework.enforcement import EnforcementConfig
+    from tests.controller_support import FAST
+
+    await h.namespace("kube-system")
+    await h.namespace("gpuqueue-system")
+    options = dataclasses.replace(FAST, enforcement=EnforcementConfig(mode=mode))
+    ctl = Controller(client.ApiClient(h.api.client_configuration()), options, identity="test")
+    h.controllers.append(ctl)
+    view = ControllerClusterView(ctl)  # before the caches start, as `gpuqueue extender` does
+    await ctl.start()
+    await ctl.wait_synced()
+    cert_dir = extender_cert_dir(tmp_path)
+    server = await extender_app.start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as s:
+            yield ctl, view, f"https://127.0.0.1:{server.addresses[0][1]}", s
+    finally:
+        h.api.faults.clear()
+        await server.cleanup()

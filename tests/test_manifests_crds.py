@@ -15,7 +15,7 @@ from tests.shared_fixtures import k8s_recording
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "manifests" / "examples"
-KINDS = {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass"}
+KINDS = {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass", "Topology"}
 
 
 def kueue_docs(path: Path) -> list[dict]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import uuid
 
 import aiohttp
@@ -23,11 +22,9 @@ from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue.extender.controller.view import ControllerClusterView
-from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.extender.scheduler.view import ADMITTED
-from gpuqueue.jobframework.enforcement import EnforcementConfig
-from tests.controller_support import FAST, Harness, eventually
-from tests.extender_support import anonymous_context, extender_cert_dir, post, scheduler_context
+from tests.controller_support import Harness, eventually
+from tests.extender_support import anonymous_context, controller_and_extender, post
 from tests.standin import resources as R
 from tests.standin.faults import EXEMPT_HEADER
 
@@ -175,24 +172,10 @@ async def cluster(tmp_path, mode: str = "Strict"):
     async with Harness() as h:
         for obj in OBJECTS:
             await h.apply(obj)
-        await h.namespace("kube-system")
-        await h.namespace("gpuqueue-system")
-        options = dataclasses.replace(FAST, enforcement=EnforcementConfig(mode=mode))
-        ctl = Controller(client.ApiClient(h.api.client_configuration()), options, identity="test")
-        h.controllers.append(ctl)
-        view = ControllerClusterView(ctl)  # before the caches start, as `gpuqueue extender` does
-        await ctl.start()
-        await ctl.wait_synced()
-        cert_dir = extender_cert_dir(tmp_path)
-        server = await extender_app.start(view, host="127.0.0.1", port=0, cert_dir=cert_dir)
-        try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=scheduler_context(cert_dir))) as s:
-                c = Cluster(h, ctl, view, f"https://127.0.0.1:{server.addresses[0][1]}", s)
-                c.cert_dir = cert_dir
-                yield c
-        finally:
-            h.api.faults.clear()
-            await server.cleanup()
+        async with controller_and_extender(h, tmp_path, mode) as (ctl, view, base, s):
+            c = Cluster(h, ctl, view, base, s)
+            c.cert_dir = tmp_path
+            yield c
 
 
 # -- case 1: pods beyond the admitted count --------------------------------------------------------

@@ -48,6 +48,7 @@ from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.tas.capacity import NodeSource
 from gpuqueue.jobframework.managed import StaticQueueView
 
 log = logging.getLogger("gpuqueue.controller")
@@ -85,6 +86,9 @@ class Controller:
         self.priorities = convert.PriorityResolver()
         self.queue_view = StaticQueueView()
         self.engine: QuotaEngine | None = None
+        # the nodes' free capacity, for flavors that admit only what their nodes hold; set by the
+        # extender's view when one serves beside this controller (tas_nodes.py)
+        self.node_source: NodeSource | None = None
         # the tracked Jobs: JobReconciler's records, shared with Departures (a gone Job's reservation)
         self.jobs: dict[str, JobState] = {}
         o = self.options
@@ -239,6 +243,7 @@ class Controller:
         await self.wait_synced()
         if self.leader and not self.recovered:
             self.engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
+            self.engine.nodes = self.node_source
             self.rebuild.run(self.engine)
             self.recovered = True
             self.mark_dirty()

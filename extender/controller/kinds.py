@@ -88,6 +88,7 @@ COHORTS = _kueue("cohorts", "Cohort", False)
 CLUSTER_QUEUES = _kueue("clusterqueues", "ClusterQueue", False)
 LOCAL_QUEUES = _kueue("localqueues", "LocalQueue", True)
 WORKLOAD_PRIORITY_CLASSES = _kueue("workloadpriorityclasses", "WorkloadPriorityClass", False)
+TOPOLOGIES = _kueue("topologies", "Topology", False)
 
-WATCHED = (NAMESPACES, PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES, RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES,
+WATCHED = (NAMESPACES, PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES, TOPOLOGIES, RESOURCE_FLAVORS, COHORTS, CLUSTER_QUEUES,
            LOCAL_QUEUES, WORKLOADS, JOBS, PODS, NODES)

@@ -19,7 +19,7 @@ from gpuqueue.jobframework.managed import StaticQueueView
 
 log = logging.getLogger("gpuqueue.controller")
 
-KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
+KINDS = (K.PRIORITY_CLASSES, K.WORKLOAD_PRIORITY_CLASSES, K.TOPOLOGIES, K.RESOURCE_FLAVORS, K.COHORTS, K.CLUSTER_QUEUES,
          K.LOCAL_QUEUES)
 
 
@@ -39,6 +39,9 @@ class QuotaObjects:
         self.status_changed = status_changed
         self.mark_dirty = mark_dirty
         self.priority_class_changed = priority_class_changed
+        # TAS: each Topology's levels, and the flavors (objects) that name one, re-read when it changes
+        self.topologies: dict[str, tuple[str, ...]] = {}
+        self._tas_flavors: dict[str, dict] = {}
 
     def watch(self, informers: Mapping[str, Informer]) -> None:
         informers["namespaces"].add_handler(on_add=self.on_namespace, on_update=lambda old, new: self.on_namespace(new),
@@ -76,8 +79,15 @@ class QuotaObjects:
                 self.priorities.set_workload_priority_class(kueue.WorkloadPriorityClass.model_validate(obj))
             elif engine is None:
                 return
+            elif kind == "Topology":
+                self._set_topology(engine, obj["metadata"]["name"], kueue.Topology.model_validate(obj).level_keys())
             elif kind == "ResourceFlavor":
-                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(obj)))
+                flavor = kueue.ResourceFlavor.model_validate(obj)
+                if flavor.spec.topology_name:
+                    self._tas_flavors[obj["metadata"]["name"]] = obj
+                else:
+                    self._tas_flavors.pop(obj["metadata"]["name"], None)
+                engine.set_flavor(convert.flavor_spec(flavor, self.topologies))
             elif kind == "Cohort":
                 engine.set_cohort(convert.cohort_spec(kueue.Cohort.model_validate(obj)))
             elif kind == "ClusterQueue":
@@ -88,6 +98,15 @@ class QuotaObjects:
                 self.queue_view.local_queues.add((spec.namespace, spec.name))
         except (ValidationError, ValueError, KeyError) as exc:
             log.warning("ignoring %s %s: %s", kind, object_key(obj), exc)
+
+    def _set_topology(self, engine: QuotaEngine, name: str, levels: tuple[str, ...] | None) -> None:
+        if levels is None:
+            self.topologies.pop(name, None)
+        else:
+            self.topologies[name] = levels
+        for flavor in self._tas_flavors.values():
+            if flavor["spec"].get("topologyName") == name:
+                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(flavor), self.topologies))
 
     def _on_object(self, kind: str, obj: dict) -> None:
         self._apply(self.engine(), kind, obj)
@@ -117,7 +136,10 @@ class QuotaObjects:
         elif kind == "WorkloadPriorityClass":
             self.priorities.workload_classes.pop(name, None)
         elif (e := self.engine()) is not None:
-            {"ResourceFlavor": lambda: e.remove_flavor(name), "Cohort": lambda: e.remove_cohort(name),
+            if kind == "ResourceFlavor":
+                self._tas_flavors.pop(name, None)
+            {"ResourceFlavor": lambda: e.remove_flavor(name),
+             "Topology": lambda: self._set_topology(e, name, None), "Cohort": lambda: e.remove_cohort(name),
              "ClusterQueue": lambda: e.remove_cluster_queue(name),
              "LocalQueue": lambda: e.remove_local_queue(obj["metadata"].get("namespace", "default"), name),
              }.get(kind, lambda: None)()

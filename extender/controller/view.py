@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 from pydantic import ValidationError
 
 from gpuqueue.api.base import Toleration
+from gpuqueue.api import topology
 from gpuqueue.api.core import Pod
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.tas_nodes import NodeCapacities
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 from gpuqueue.extender.scheduler.indexes import ViewIndexes
@@ -97,9 +99,10 @@ def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | Non
                 raise ValueError(f"podSetAssignments {ps}: count {count!r}")
             usage = {r: W.parse_engine_int(r, q) for r, q in (psa.get("resourceUsage") or {}).items()}
             own = list((psa.get("flavors") or {}).values())
+            placed = topology.from_v1beta2(psa["topologyAssignment"]) if psa.get("topologyAssignment") else None
             # each pod set's pods go to its own flavors' nodes (a JobSet's driver on cpu nodes,
             # its workers on GPU nodes), not to the union of the Workload's
-            pod_sets[ps] = PodSetAdmission(count, usage, flavor_selector(own, flavors))
+            pod_sets[ps] = PodSetAdmission(count, usage, flavor_selector(own, flavors), placed)
             names.extend(own)
         flavor = flavor_selector(names, flavors)
     except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
@@ -239,6 +242,17 @@ class ControllerClusterView(CacheView):
         on("clusterqueues", lambda obj: self.cluster_queues_changed(), lambda obj: self.cluster_queues_changed())
         on("resourceflavors", self._flavors_changed, self._flavors_changed)
         self._recounted = False
+        # admission that places pods reads the nodes from this view's cache, and hears when they change
+        ctl.node_source = NodeCapacities(self)
+        if ctl.engine is not None:
+            ctl.engine.nodes = ctl.node_source
+        on("nodes", self._capacity_changed, self._capacity_changed)
+        on("pods", self._capacity_changed, self._capacity_changed)
+
+    def _capacity_changed(self, obj: dict) -> None:
+        engine = self.ctl.engine
+        if engine is not None and engine.capacity_changed():
+            self.ctl.mark_dirty()
 
     def _recount_once_synced(self) -> None:
         """A pod is counted on its node under its pod set's key, which its Workload and the owners

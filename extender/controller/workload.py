@@ -16,6 +16,7 @@ from gpuqueue.jobframework.kinds.batchjob import ORIGINAL_SCHEDULING_ANNOTATION 
 from gpuqueue.extender.quota.model import Admission
 from gpuqueue.api.quantity import format_engine_int as _format_engine_int
 from gpuqueue.api.quantity import parse_engine_int as _parse_engine_int
+from gpuqueue.api import topology
 from gpuqueue.api.kueue import JOB_UID_LABEL, PRIORITY_CLASS_LABEL
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -233,8 +234,11 @@ def admission_to_status(a: Admission) -> dict:
     assignments = []
     for ps, flavors in sorted(a.flavors.items()):
         usage = {res: format_engine_int(res, v) for res, v in sorted(a.usage_of(ps).items())}
-        assignments.append({"name": ps, "flavors": dict(sorted(flavors.items())), "resourceUsage": usage,
-                            "count": a.counts.get(ps, 1)})
+        psa = {"name": ps, "flavors": dict(sorted(flavors.items())), "resourceUsage": usage,
+               "count": a.counts.get(ps, 1)}
+        if ps in a.topology:
+            psa["topologyAssignment"] = topology.to_v1beta2(a.topology[ps])
+        assignments.append(psa)
     return {"clusterQueue": a.cluster_queue, "podSetAssignments": assignments}
 
 
@@ -243,9 +247,15 @@ def admission_from_status(admission: dict) -> Admission:
     usage: dict[tuple[str, str], int] = {}
     pod_set_usage: dict[str, dict[str, int]] = {}
     counts: dict[str, int] = {}
+    placed: dict = {}
     for psa in admission.get("podSetAssignments") or ():
         name = psa.get("name", MAIN)
         flavors[name] = dict(psa.get("flavors") or {})
+        if psa.get("topologyAssignment"):
+            try:
+                placed[name] = topology.from_v1beta2(psa["topologyAssignment"])
+            except ValueError:  # the quota still counts; its pods' nodes are then counted wherever they fit
+                pass
         counts[name] = int(psa.get("count", 1))
         own = pod_set_usage.setdefault(name, {})
         for res, qty in (psa.get("resourceUsage") or {}).items():
@@ -254,7 +264,7 @@ def admission_from_status(admission: dict) -> Admission:
             fr = (flavors[name].get(res, ""), res)
             usage[fr] = usage.get(fr, 0) + amount
     return Admission(cluster_queue=admission["clusterQueue"], flavors=flavors, usage=usage, counts=counts,
-                     borrowing=False, pod_set_usage=pod_set_usage)
+                     borrowing=False, pod_set_usage=pod_set_usage, topology=placed)
 
 
 # -- status edits -------------------------------------------------------------------------------------------

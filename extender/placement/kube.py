@@ -51,6 +51,7 @@ def node_info(node: Node) -> NodeInfo:
         taints=tuple(t.to_spec() for t in node.spec.taints),
         unschedulable=bool(node.spec.unschedulable),
         allocatable=alloc,
+        ready=node.status.ready(),
     )
 
 

@@ -23,6 +23,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    ready: bool = True
 
     @property
     def gpus(self) -> int:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.api import core, kueue
 from gpuqueue.api.duration import parse_duration
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import to_engine_int
+from gpuqueue.api.topology import PLACEMENT_AWARE_ANNOTATION
+from gpuqueue.extender.quota.tas.request import from_annotations as topology_request
 from gpuqueue.extender.quota.model import (
     ClusterQueueSpec,
     CohortSpec,
@@ -57,13 +61,18 @@ def fair_sharing_spec(cfg: kueue.Configuration) -> FairSharing | None:
     )
 
 
-def flavor_spec(obj: kueue.ResourceFlavor) -> FlavorSpec:
+def flavor_spec(obj: kueue.ResourceFlavor, topologies: Mapping[str, tuple[str, ...]] | None = None) -> FlavorSpec:
+    """``topologies``: the levels of each Topology by name (a TAS flavor whose Topology is not among
+    them has none yet)."""
     s = obj.spec
     return FlavorSpec(
         name=obj.metadata.name or "",
         node_labels=tuple(sorted(s.node_labels.items())),
         node_taints=tuple(t.to_spec() for t in s.node_taints),
         tolerations=tuple(t.to_spec() for t in s.tolerations),
+        topology_name=s.topology_name or None,
+        topology_levels=(topologies or {}).get(s.topology_name) if s.topology_name else None,
+        placement_aware=(obj.metadata.annotations.get(PLACEMENT_AWARE_ANNOTATION) or "").lower() == "true",
     )
 
 
@@ -180,6 +189,7 @@ def _pod_set(name: str, count: int, template: core.PodTemplateSpec) -> PodSetSpe
         tolerations=tuple(t.to_spec() for t in spec.tolerations),
         node_selector=tuple(sorted(spec.node_selector.items())),
         affinity_terms=tuple(terms),
+        topology=topology_request(template.metadata.annotations),
     )
 
 

@@ -23,6 +23,7 @@ from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, CohortSpe
 from gpuqueue.extender.quota.preemption import ClassicalPreemptor, Target
 from gpuqueue.extender.quota.queues import ClusterQueueQueue, PendingGroup
 from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
+from gpuqueue.extender.quota.tas import capacity as tas
 from gpuqueue.api.labelselector import selector_matches
 
 MAX_ROUNDS_PER_WORKLOAD = 50  # a safety net against a preemption cycle; never reached in practice
@@ -69,6 +70,8 @@ class QuotaEngine:
         self._admissions = 0
         self._seq = 0
         self._now = 0.0
+        # where the nodes stand, for flavors that admit only what their nodes hold (TAS, placement-aware)
+        self.nodes: tas.NodeSource | None = None
 
     # -- quota objects ---------------------------------------------------------------------
     def _spec_changed(self) -> None:
@@ -323,6 +326,16 @@ class QuotaEngine:
         if until is not None:
             heapq.heappush(self._wakeups, (until, g.cq))
 
+    def capacity_changed(self) -> bool:
+        """The nodes changed (a pod bound or gone, a node added, cordoned or not ready): what waits
+        for a flavor that places its pods is looked at again. False: no flavor places pods."""
+        if not any(f.needs_placement for f in self.state.flavors.values()):
+            return False
+        for rid in self._root_cqs:
+            self._freed[rid] = self._freed.get(rid, 0) + 1
+        self._ready.update(self._queues)
+        return True
+
     def next_wakeup(self) -> float | None:
         """The earliest future time at which a waiting workload should be looked at again
         even if nothing else happens (a preemption protection ending)."""
@@ -528,8 +541,17 @@ class QuotaEngine:
             return
         a = self._assignment(g)
         mode = a.mode
+        topology: dict = {}
+        if mode in (fa.FIT, fa.PREEMPT):
+            # The nodes are asked only once the quota would allow it (Kueue: quota first). Room a
+            # preemption would free on the nodes is not counted: no victim is evicted for a
+            # placement that may still not exist.
+            topology, unplaced = self._placement(p.spec, a)
+            if unplaced is not None:
+                self._give_up(g, unplaced, "WaitingForQuota", out)
+                return
         if mode == fa.FIT:
-            self._admit(g, a, now, out, ())
+            self._admit(g, a, now, out, (), topology)
             return
         if mode == fa.PREEMPT:
             if self.fair_sharing is not None:
@@ -542,7 +564,7 @@ class QuotaEngine:
                 victims = tuple(t.victim.spec.key for t in targets)
                 for t in targets:
                     self._preempt(t, p.spec.key, g.cq, now, out)
-                self._admit(g, a, now, out, victims)
+                self._admit(g, a, now, out, victims, topology)
                 return
             until = self.fair_sharing.protection_ends if self.fair_sharing is not None else None
             self._give_up(g, a.message(), "WaitingForQuota", out, until)
@@ -565,7 +587,19 @@ class QuotaEngine:
         self.preemption_count += 1
         out.append(d.Preempted(victim.spec.key, vcq, preemptor, preemptor_cq, t.reason))
 
-    def _admit(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...]) -> None:
+    def _placement(self, wl: WorkloadSpec, a: fa.Assignment) -> tuple[dict, str | None]:
+        flavors = a.flavors_by_pod_set()
+        specs = self.state.flavors
+        asks = any(ps.topology is not None for ps in wl.pod_sets)
+        if not asks and not any(specs[f].needs_placement for fs in flavors.values() for f in fs.values() if f in specs):
+            return {}, None
+        if self.nodes is None:  # nothing tells where the nodes stand (the simulator): quota alone
+            return {}, None
+        admitted = ((w.spec, w.admission) for w in self.state.admitted.values())
+        return tas.place(wl, flavors, specs, admitted, self.nodes)
+
+    def _admit(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...],
+               topology: dict | None = None) -> None:
         p = g.members[0]
         cq = g.cq
         node = self.state.cq_nodes[cq]
@@ -577,6 +611,7 @@ class QuotaEngine:
             counts={ps.name: ps.count for ps in a.pod_sets},
             borrowing=borrowing,
             pod_set_usage=a.usage_by_pod_set(),
+            topology=topology or {},
         )
         self._admissions += 1
         self._queues[cq].remove(p)

@@ -35,6 +35,15 @@ class FlavorSpec:
     node_labels: tuple[tuple[str, str], ...] = ()
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # Topology Aware Scheduling: the flavor's Topology and its levels (None: the Topology is not
+    # known yet); placement_aware: gpuqueue's own check that the flavor's nodes hold the pods now
+    topology_name: str | None = None
+    topology_levels: tuple[str, ...] | None = None
+    placement_aware: bool = False
+
+    @property
+    def needs_placement(self) -> bool:
+        return self.topology_name is not None or self.placement_aware
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,7 @@ class PodSetSpec:
     node_selector: tuple[tuple[str, str], ...] = ()
     # required node affinity: OR of terms, each an AND of (key, operator, values)
     affinity_terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...] = ()
+    topology: Any = None  # a tas.request.TopologyRequest, from the template's annotations; None: none asked
 
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.per_pod.items()}
@@ -108,6 +118,7 @@ class PodSetSpec:
             tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
             self.node_selector,
             self.affinity_terms,
+            self.topology,
         )
 
 
@@ -135,6 +146,8 @@ class Admission:
     # pod set -> resource -> what its pods take together (Kueue's podSetAssignments[].resourceUsage);
     # empty when not known (an admission read back from a status written without it)
     pod_set_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    # pod set -> where its pods go (gpuqueue.api.topology.TopologyAssignment), for TAS flavors
+    topology: dict[str, Any] = field(default_factory=dict)
 
     def flavors_of(self, pod_set: str = "main") -> dict[str, str]:
         return self.flavors.get(pod_set, {})

@@ -107,6 +107,8 @@ def _placement(pod: CachedPod, member: Membership | None) -> Verdict:
     admitted = wl.pod_sets.get(member.pod_set) if member.pod_set is not None else None
     flavor = admitted.flavor if admitted is not None and admitted.flavor is not None else wl.flavor
     if wl.state in (ADMITTED, EVICTED) and flavor is not None:
+        if admitted is not None and admitted.topology is not None:
+            return Admitted(flavor, member.key, pod, admitted.topology, _where(member))
         return Admitted(flavor, member.key, pod)
     return UNMANAGED  # finished: its pods are no longer the quota's
 

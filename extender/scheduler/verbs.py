@@ -19,6 +19,7 @@ from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict,
 from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import extender_scores
+from gpuqueue.extender.placement.topology import outside_assignment
 from gpuqueue.extender.scheduler.catchup import behind
 from gpuqueue.extender.scheduler.enforce import judge, judge_request
 from gpuqueue.extender.scheduler.ownership import membership
@@ -158,10 +159,23 @@ class _Judged(NamedTuple):
     behind: str | None  # what the caches lack for this to be final (catchup.behind)
 
 
+def _hold_to_assignment(verdict: Admitted, result: FilterResult, view: ClusterView) -> None:
+    """Beyond Kueue: the passed nodes outside the pod set's topology assignment are refused."""
+    outside = outside_assignment(verdict.topology, result.passed, view.nodes, verdict.job_key, verdict.pod.uid,
+                                 verdict.where)
+    if outside:
+        result.passed = [n for n in result.passed if n not in outside]
+        result.unresolvable.update(outside)
+        result.codes = None  # /prioritize reads the scores again
+
+
 def _judge_filter(req: _Request, view: ClusterView) -> _Judged:
     verdict, violation = judge_request(view, req.meta, _requested_reader(req.pod))
-    result = filter_nodes(pod_request(verdict), req.names, view.nodes, req.infos) \
-        if isinstance(verdict, Admitted) else None
+    result = None
+    if isinstance(verdict, Admitted):
+        result = filter_nodes(pod_request(verdict), req.names, view.nodes, req.infos)
+        if verdict.topology is not None:
+            _hold_to_assignment(verdict, result, view)
     return _Judged(verdict, violation, result, behind(view, req.meta, verdict, result))
 
 
@@ -241,6 +255,10 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
         log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
     scores = extender_scores(req, names, view.nodes, pod.answered_codes if answered else None)
+    if verdict.topology is not None:  # the assigned nodes only; kube-scheduler's own scores decide among them
+        outside = outside_assignment(verdict.topology, names, view.nodes, verdict.job_key, verdict.pod.uid,
+                                     verdict.where)
+        scores = [0 if n in outside else s for n, s in zip(names, scores)]
     if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
         top = max(scores)
         view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,

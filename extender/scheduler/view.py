@@ -16,6 +16,7 @@ from gpuqueue.api.base import ObjectMeta
 from gpuqueue.api.core import Pod
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.scheduling import Toleration
+from gpuqueue.api.topology import TopologyAssignment
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.registry import POD_KEYS
 
@@ -94,6 +95,7 @@ class PodSetAdmission:
     count: int
     usage: Mapping[str, int]  # resourceUsage: every pod of the set together, engine units
     flavor: FlavorSelector | None = None  # its own flavors (None: the Workload's, merged)
+    topology: TopologyAssignment | None = None  # where its pods go (TAS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,8 @@ class Admitted:
     flavor: FlavorSelector
     job_key: str  # the pods counted together on nodes: its pod set's (ownership.Membership.key)
     pod: CachedPod
+    topology: TopologyAssignment | None = None  # its pod set's topology assignment (TAS)
+    where: str = ""  # "pod set P of workload NS/NAME", for the reasons given on nodes
 
 
 @dataclass(frozen=True, slots=True)

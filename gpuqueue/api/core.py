@@ -125,9 +125,19 @@ class NodeSpec(KubeModel):
     unschedulable: bool = False
 
 
+class NodeCondition(KubeModel):
+    type: str = ""
+    status: str = ""
+
+
 class NodeStatus(KubeModel):
     allocatable: dict[str, QuantityField] = Field(default_factory=dict)
     capacity: dict[str, QuantityField] = Field(default_factory=dict)
+    conditions: list[NodeCondition] = Field(default_factory=list)
+
+    def ready(self) -> bool:
+        """Its Ready condition is True; a node that reports no Ready condition at all counts as ready."""
+        return all(c.status == "True" for c in self.conditions if c.type == "Ready")
 
 
 class Node(KubeModel):

@@ -41,6 +41,24 @@ class ResourceFlavor(KubeModel):
     spec: ResourceFlavorSpec = Field(default_factory=ResourceFlavorSpec)
 
 
+class TopologyLevel(KubeModel):
+    node_label: str
+
+
+class TopologySpec(KubeModel):
+    levels: list[TopologyLevel] = Field(default_factory=list)
+
+
+class Topology(KubeModel):
+    api_version: str = "kueue.x-k8s.io/v1beta2"
+    kind: Literal["Topology"] = "Topology"
+    metadata: ObjectMeta
+    spec: TopologySpec = Field(default_factory=TopologySpec)
+
+    def level_keys(self) -> tuple[str, ...]:
+        return tuple(level.node_label for level in self.spec.levels)
+
+
 class ResourceQuota(KubeModel):
     name: str
     nominal_quota: QuantityField

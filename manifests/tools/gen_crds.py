@@ -295,7 +295,7 @@ def resource_flavor() -> dict:
                 maxItems=8,
                 **{"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": copy.deepcopy(TOLERATION_RULES)},
             ),
-            "topologyName": ref("Topology for topology-aware scheduling (not used by gpuqueue)."),
+            "topologyName": ref("Topology whose levels admission places this flavor's pods in (Topology Aware Scheduling)."),
         },
         **{
             "x-kubernetes-validations": [
@@ -501,6 +501,7 @@ def workload() -> dict:
             "flavors": {"description": "Flavor assigned per resource.", "type": "object", "additionalProperties": ref("Flavor name.")},
             "resourceUsage": resource_list("Total resources of the pod set's pods."),
             "count": int32("Pods counted at admission.", minimum=0),
+            "topologyAssignment": topology_assignment(),
         },
         required=["name"],
     )
@@ -587,6 +588,89 @@ def workload() -> dict:
     )
 
 
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+
+
+def topology_assignment() -> dict:
+    """Kueue v1beta2's PodSetAssignment.topologyAssignment: levels, and slices of domains whose values
+    per level are roots (with an optional prefix and suffix) or one universalValue, and whose pod
+    counts are podCounts or one universalPodCount."""
+    level_values = obj(
+        "The values of the slice's domains at one level.",
+        {
+            "prefix": string("Common prefix of every value.", maxLength=63),
+            "suffix": string("Common suffix of every value.", maxLength=63),
+            "roots": array("The values, less prefix and suffix; one per domain.", string("A value.", maxLength=63),
+                           minItems=1, maxItems=100000, **{"x-kubernetes-list-type": "atomic"}),
+            "universalValue": string("The value of every domain of the slice at this level.", maxLength=63),
+        },
+        **{"x-kubernetes-validations": [
+            {"rule": "has(self.roots) != has(self.universalValue)", "message": "Exactly one of roots, universalValue must be set"},
+            {"rule": "!(has(self.universalValue) && (has(self.prefix) || has(self.suffix)))", "message": "universalValue cannot be set together with prefix or suffix"},
+        ]},
+    )
+    slice_ = obj(
+        "Topology assignment of a subset of the pod set's pods.",
+        {
+            "domainCount": int32("Domains in this slice.", minimum=1),
+            "valuesPerLevel": array("One entry per level.", level_values, minItems=1, maxItems=16,
+                                    **{"x-kubernetes-list-type": "atomic"}),
+            "podCounts": array("Pods per domain.", int32("Pods.", minimum=0), minItems=1, maxItems=100000,
+                               **{"x-kubernetes-list-type": "atomic"}),
+            "universalPodCount": int32("Pods in every domain of the slice."),
+        },
+        required=["domainCount", "valuesPerLevel"],
+        **{"x-kubernetes-validations": [
+            {"rule": "!has(self.podCounts) || size(self.podCounts) == self.domainCount", "message": "podCounts must have length equal to domainCount"},
+            {"rule": "has(self.podCounts) != has(self.universalPodCount)", "message": "Exactly one of podCounts, universalPodCount must be set"},
+            {"rule": "self.valuesPerLevel.all(x, !has(x.roots) || size(x.roots) == self.domainCount)", "message": "roots, if set, must have length equal to domainCount of this TopologyAssignmentSlice"},
+        ]},
+    )
+    return obj(
+        "Where the pod set's pods go: per topology domain at the lowest level, how many (Topology Aware Scheduling).",
+        {
+            "levels": array("Node label keys of the assigned levels, highest first.", string("A label key.", maxLength=317),
+                            minItems=1, maxItems=16, **{"x-kubernetes-list-type": "atomic"}),
+            "slices": array("Slices of the assignment; their union is the whole.", slice_, maxItems=1000,
+                            **{"x-kubernetes-list-type": "atomic"}),
+        },
+        **{"x-kubernetes-validations": [
+            {"rule": "self.slices.all(x, size(x.valuesPerLevel) == size(self.levels))", "message": "valuesPerLevel must have the same length as the number of levels in this TopologyAssignment"},
+        ]},
+    )
+
+
+def topology() -> dict:
+    level = obj(
+        "One level of the topology.",
+        {"nodeLabel": string("Node label of this level, e.g. cloud.provider.com/topology-rack.", minLength=1, maxLength=316,
+                             pattern=LABEL_KEY)},
+        required=["nodeLabel"],
+    )
+    spec = obj(
+        "The levels of the topology, highest first.",
+        {
+            "levels": array(
+                "Levels of the topology (kubernetes.io/hostname only as the lowest).",
+                level,
+                minItems=1,
+                maxItems=16,
+                **{
+                    "x-kubernetes-list-type": "atomic",
+                    "x-kubernetes-validations": [
+                        {"rule": "self == oldSelf", "message": "field is immutable"},
+                        {"rule": "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0", "message": "must be unique"},
+                        {"rule": "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
+                         "message": "the kubernetes.io/hostname label can only be used at the lowest level of topology"},
+                    ],
+                },
+            )
+        },
+        required=["levels"],
+    )
+    return crd("Topology", "topologies", "Cluster", root("Topology", {"spec": spec}), status=False)
+
+
 def workload_priority_class() -> dict:
     schema = root(
         "WorkloadPriorityClass",
@@ -613,6 +697,7 @@ BUILDERS = {
     "localqueues": local_queue,
     "workloads": workload,
     "workloadpriorityclasses": workload_priority_class,
+    "topologies": topology,
 }
 
 HEADER = "# Generated by manifests/tools/gen_crds.py - edit that script, not this file.\n"

@@ -1,0 +1,124 @@
+"""Admission against the nodes: does a workload the quota admits also fit where its flavor's nodes
+have room now? For TAS flavors (a ResourceFlavor with a topologyName) the answer is Kueue's
+topology assignment; for gpuqueue's placement-aware flavors, that every pod fits on some node.
+
+What the nodes have free comes from the caller (``NodeSource``: allocatable less what bound pods and
+pods the extender pointed at a node take). On top of that, every admitted workload of the flavor
+still holds what its pods that have no node yet will take: where its topology assignment put them,
+or, without one, wherever they fit best. So two workloads admitted one after the other never count
+on the same free GPUs, whether or not their pods exist yet.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Protocol, Sequence
+
+from gpuqueue.api.topology import HOSTNAME_LABEL, TopologyAssignment
+from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec, WorkloadSpec
+from gpuqueue.extender.quota.tas.request import IMPLIED
+from gpuqueue.extender.quota.tas.snapshot import NodeCapacity, Placed, PodSetToPlace, TopologySnapshot, fits, PODS
+
+NOT_TAS = 'Flavor "{}" does not support TopologyAwareScheduling'
+
+
+class NodeSource(Protocol):
+    def nodes(self, flavor: FlavorSpec) -> Sequence[NodeCapacity]:
+        """The flavor's schedulable, ready nodes (its nodeLabels), with what they have free."""
+
+    def placed(self, wl: WorkloadSpec, pod_set: str) -> Mapping[str, int]:
+        """Node -> pods of this pod set bound or being bound there."""
+
+
+class _Free:
+    """The flavor's nodes' free capacity, taken from as admitted workloads are accounted."""
+
+    def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.free = {n.name: dict(n.free) for n in nodes}
+
+    def take(self, node: str, per_pod: Mapping[str, int], pods: int) -> None:
+        free = self.free.get(node)
+        if free is None:
+            return
+        for res, v in {**per_pod, PODS: 1}.items():
+            if res in free:
+                free[res] -= v * pods
+
+    def best_fit(self, names: Iterable[str], per_pod: Mapping[str, int], pods: int) -> None:
+        """Pods with no node yet and no assignment: where they fit with the least room to spare."""
+        for _ in range(pods):
+            options = [(fits({**per_pod, PODS: 1}, self.free[n])[0], n) for n in names if n in self.free]
+            options = [o for o in options if o[0] > 0]
+            if not options:
+                return
+            self.take(min(options)[1], per_pod, 1)
+
+    def capacities(self) -> list[NodeCapacity]:
+        return [NodeCapacity(n.name, n.labels, self.free[n.name], n.taints) for n in self.nodes.values()]
+
+    def in_domain(self, levels: tuple[str, ...], values: tuple[str, ...]) -> list[str]:
+        if levels == (HOSTNAME_LABEL,):
+            return [n for n, node in self.nodes.items() if node.labels.get(HOSTNAME_LABEL, n) == values[0]]
+        return [n for n, node in self.nodes.items() if tuple(node.labels.get(k) for k in levels) == values]
+
+
+def _account(free: _Free, flavor: str, admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource) -> None:
+    for wl, admission in admitted:
+        for ps in wl.pod_sets:
+            if flavor not in admission.flavors_of(ps.name).values():
+                continue
+            placed = source.placed(wl, ps.name)
+            ta: TopologyAssignment | None = admission.topology.get(ps.name)
+            if ta is None:
+                waiting = admission.counts.get(ps.name, ps.count) - sum(placed.values())
+                free.best_fit(sorted(free.nodes), ps.per_pod, waiting)
+                continue
+            for values, count in ta.domains:
+                names = free.in_domain(ta.levels, values)
+                waiting = count - sum(placed.get(n, 0) for n in names)
+                free.best_fit(names, ps.per_pod, waiting)
+
+
+def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]], flavor_specs: Mapping[str, FlavorSpec],
+          admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource) -> tuple[dict[str, TopologyAssignment], str | None]:
+    """The topology assignments of ``wl``'s pod sets on TAS flavors, or the first pod set that
+    does not fit and why (a message as Kueue's: ``couldn't assign flavors to pod set ...``)."""
+    admitted = list(admitted)
+    frees: dict[str, _Free] = {}
+    out: dict[str, TopologyAssignment] = {}
+    for ps in wl.pod_sets:
+        names = sorted(set(flavors_by_pod_set.get(ps.name, {}).values()))
+        placing = [flavor_specs[f] for f in names if f in flavor_specs and flavor_specs[f].needs_placement]
+        if ps.topology is not None and not any(f.topology_name for f in placing):
+            return {}, f"couldn't assign flavors to pod set {ps.name}: {NOT_TAS.format(names[0] if names else '')}"
+        for spec in placing:
+            free = frees.get(spec.name)
+            if free is None:
+                free = frees[spec.name] = _Free(source.nodes(spec))
+                _account(free, spec.name, admitted, source)
+            result = _place_pod_set(ps, spec, free)
+            if isinstance(result, str):
+                return {}, f"couldn't assign flavors to pod set {ps.name}: {result}"
+            for node, n in result.per_node.items():
+                free.take(node, ps.per_pod, n)
+            if spec.topology_name is not None:
+                out[ps.name] = result.assignment
+    return out, None
+
+
+def _place_pod_set(ps: PodSetSpec, spec: FlavorSpec, free: _Free) -> Placed | str:
+    if spec.topology_name is None:
+        snap = TopologySnapshot(spec.name, (HOSTNAME_LABEL,), _with_hostname(free.capacities()), flavor=spec.name)
+    elif spec.topology_levels is None:
+        return f'topology "{spec.topology_name}" doesn\'t exist'
+    else:
+        snap = TopologySnapshot(spec.topology_name, spec.topology_levels, free.capacities())
+    request = ps.topology if ps.topology is not None and spec.topology_name is not None else IMPLIED
+    return snap.place(PodSetToPlace(ps.name, ps.count, ps.per_pod, request, ps.tolerations, ps.node_selector),
+                      spec.tolerations)
+
+
+def _with_hostname(nodes: list[NodeCapacity]) -> list[NodeCapacity]:
+    """A node whose hostname label is missing is still a node: named by its name."""
+    return [n if HOSTNAME_LABEL in n.labels else NodeCapacity(n.name, {**n.labels, HOSTNAME_LABEL: n.name}, n.free, n.taints)
+            for n in nodes]
