@@ -127,6 +127,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     # explain: `gpuqueue explain NAMESPACE/JOB`, run by a person with their own credentials
     # (ClusterRole gpuqueue-explain, bound by the operator to whom they choose)
     _a("explain", "batch", "jobs", "get", "the Job asked about"),
+    _a("explain", "", "namespaces", "get", "its namespace's labels: is it within managedJobsNamespaceSelector (why a Job has no Workload)"),
     _a("explain", KUEUE, "workloads", "list", "its Workload (by its owner's uid); the other Workloads of its ClusterQueue"),
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),

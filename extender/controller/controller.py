@@ -41,6 +41,7 @@ from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
+from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
@@ -127,6 +128,10 @@ class Controller:
         self.rebuild = RebuildFromApi(self, self.informers, self.quota_objects, self.job_reconciler,
                                       self.workload_reconciler, self.workload_writes, self.following,
                                       self.departures)
+        self.unqueued_events = UnqueuedEvents(
+            self.informers, [(k.kind.name, k.integration) for k in self.kinds if not isinstance(k, PodGroupKind)],
+            self.queue_view, o.managed_jobs, o.enforcement, lambda: {k.integration.framework for k in self.kinds},
+            self.events)
         self.default_queue_labels = DefaultQueueLabels(self.kube, self.informers, o.managed_jobs,
                                                        o.enforcement.exempt_namespaces,
                                                        lambda: self.leader and self.recovered)
