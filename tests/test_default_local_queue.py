@@ -159,3 +159,40 @@ async def test_a_bare_gpu_pod_nothing_will_admit_is_warned_about_at_creation(cer
         assert labelled.allowed and labelled.warnings[-1].startswith(
             f"Pod lab/{labelled.object['metadata']['name']} requests nvidia.com/gpu but LocalQueue missing doesn't "
             "exist in namespace lab")
+
+
+def test_which_namespaces_carry_the_label():
+    from gpuqueue.extender.controller.default_queue_label import wanted_labels
+
+    namespaces = {"team-a": {"kubernetes.io/metadata.name": "team-a"},
+                  "team-b": {"kubernetes.io/metadata.name": "team-b", DEFAULT_LOCAL_QUEUE_LABEL: "true"},
+                  "kube-system": {"kubernetes.io/metadata.name": "kube-system"},
+                  "gpu-operator": {"kubernetes.io/metadata.name": "gpu-operator", DEFAULT_LOCAL_QUEUE_LABEL: "true"},
+                  "lab": {"kubernetes.io/metadata.name": "lab", "tier": "scratch"},
+                  "ready": {"kubernetes.io/metadata.name": "ready", DEFAULT_LOCAL_QUEUE_LABEL: "true"}}
+    queues = {("team-a", "default"), ("kube-system", "default"), ("gpu-operator", "default"), ("lab", "default"),
+              ("ready", "default"), ("team-b", "other")}
+    selector = ManagedJobsConfig(managed_jobs_namespace_selector={"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "gpuqueue-system"]},
+        {"key": "tier", "operator": "NotIn", "values": ["scratch"]}]})
+    # set where a default LocalQueue is, in a managed namespace; removed where it is gone or exempt
+    assert wanted_labels(namespaces, queues, selector, {"gpu-operator"}) == {
+        "team-a": True, "team-b": False, "gpu-operator": False}
+    # a selector on the label itself cannot keep it alive
+    on_label = ManagedJobsConfig(managed_jobs_namespace_selector={"matchLabels": {DEFAULT_LOCAL_QUEUE_LABEL: "true"}})
+    assert wanted_labels({"ready": namespaces["ready"]}, queues, on_label, ()) == {"ready": False}
+
+
+def test_explain_says_why_a_gpu_job_has_no_workload():
+    from gpuqueue.extender.controller.explain import NotQueuedContext, explain
+
+    job = {**unlabelled_job("team-x", "stray"), "metadata": {"namespace": "team-x", "name": "stray", "uid": "u1"}}
+    cqs = {"gpu": QUOTA[1]}
+    text, code = explain(job, None, [], {}, cqs, unqueued=NotQueuedContext({"kubernetes.io/metadata.name": "team-x"}))
+    assert code == 2 and text.startswith('team-x/stray: no Workload: Job team-x/stray requests nvidia.com/gpu but it '
+                                         'names no LocalQueue (label kueue.x-k8s.io/queue-name) and namespace team-x '
+                                         'has no LocalQueue named "default"')
+    outside = NotQueuedContext({"kubernetes.io/metadata.name": "team-x"}, ManagedJobsConfig(
+        managed_jobs_namespace_selector={"matchLabels": {"gpu": "yes"}}))
+    assert "namespace team-x is outside managedJobsNamespaceSelector" in explain(job, None, [], {}, cqs,
+                                                                                unqueued=outside)[0]

@@ -169,9 +169,10 @@ class AdmissionHandlers:
         integration = next((i for i in QUEUED_KINDS if _is_kind(req, i)), None)
         if req.operation != "CREATE" or integration is None or not req.namespace or not isinstance(req.object, dict):
             return review.allow(req.uid)
-        enforced = enforced_requests(integration, req.object, req.namespace, self.settings.enforcement, self.covered())
         frameworks = tuple(f for f in self.frameworks if f != integration.framework or self.serves(integration))
-        found = why_unqueued(req.object, integration.kind, integration.framework, req.namespace, enforced,
+        found = why_unqueued(req.object, integration.kind, integration.framework, req.namespace,
+                             lambda: enforced_requests(integration, req.object, req.namespace,
+                                                       self.settings.enforcement, self.covered()),
                              self.queues, self.settings.config, frameworks)
         return review.allow(req.uid, warnings=[found.message] if found else None)
 

@@ -297,8 +297,8 @@ def warn_unqueued(facts: PodFacts, ctx: PodContext) -> PodVerdict:
     if q is None or facts.mirror or not ctx.enforcement.refusing or has_controller(facts.pod):
         return ALLOW
     frameworks = q.frameworks if q.active else tuple(f for f in q.frameworks if f != POD.framework)
-    found = why_unqueued(facts.pod, POD.kind, POD.framework, ctx.namespace, facts.enforced, q.queues, q.config,
-                         frameworks)
+    found = why_unqueued(facts.pod, POD.kind, POD.framework, ctx.namespace, lambda: facts.enforced, q.queues,
+                         q.config, frameworks)
     return ALLOW if found is None else PodVerdict(warnings=(found.message,))
 
 

@@ -74,9 +74,10 @@ def unqueued_line(job: dict, local_queues: dict[str, dict], cluster_queues: dict
     ns = job["metadata"]["namespace"]
     queues = StaticQueueView(local_queues={tuple(k.split("/", 1)) for k in local_queues},
                              namespaces={ns: context.namespace_labels} if context.namespace_labels is not None else {})
-    enforced = enforced_requests(BATCH_JOB, job, ns, enforcement, covered_resources(cluster_queues.values()))
-    found = why_unqueued(job, BATCH_JOB.kind, BATCH_JOB.framework, ns, enforced, queues, context.config,
-                         context.frameworks)
+    found = why_unqueued(job, BATCH_JOB.kind, BATCH_JOB.framework, ns,
+                         lambda: enforced_requests(BATCH_JOB, job, ns, enforcement,
+                                                   covered_resources(cluster_queues.values())),
+                         queues, context.config, context.frameworks)
     return None if found is None else found.message
 
 

@@ -51,10 +51,10 @@ class UnqueuedEvents:
         now = time.time()
         if not self.enforcement.refusing or not uid or uid in self._told or created is None or now - created > RECENT:
             return
-        enforced = enforced_requests(integration, obj, namespace, self.enforcement,
-                                     covered_resources(self.cluster_queues.list()))
-        found = why_unqueued(obj, integration.kind, integration.framework, namespace, enforced, self.queues,
-                             self.config, tuple(self.frameworks()))
+        found = why_unqueued(obj, integration.kind, integration.framework, namespace,
+                             lambda: enforced_requests(integration, obj, namespace, self.enforcement,
+                                                       covered_resources(self.cluster_queues.list())),
+                             self.queues, self.config, tuple(self.frameworks()))
         if found is None:
             return
         self._told = {u: t for u, t in self._told.items() if now - t <= RECENT}

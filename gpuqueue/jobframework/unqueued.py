@@ -15,7 +15,7 @@ namespaces, with Strict enforcement, not queued through a queued owner:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,18 +43,25 @@ def how_to_queue(namespace: str) -> str:
             f"\"{DEFAULT_LOCAL_QUEUE}\" there first")
 
 
-def why_unqueued(obj: Mapping[str, Any], kind: str, framework: str, namespace: str, enforced: Collection[str],
-                 queues: QueueView, config: ManagedJobsConfig, frameworks: Collection[str]) -> Unqueued | None:
+def why_unqueued(obj: Mapping[str, Any], kind: str, framework: str, namespace: str,
+                 enforced: Callable[[], Collection[str]], queues: QueueView, config: ManagedJobsConfig,
+                 frameworks: Collection[str]) -> Unqueued | None:
     """Why ``obj`` (of ``kind``, queued by integration ``framework``; as it will be stored, after
     the mutating webhooks) will never be admitted, or None when it will be or need not be.
     ``enforced``: the resources it requests that Strict enforcement checks (empty: none, or its
-    namespace is exempt, or enforcement is not Strict: nothing to warn of)."""
-    if not enforced or queued_owner(obj, frameworks) is not None:
+    namespace is exempt, or enforcement is not Strict: nothing to warn of); asked last, as reading
+    the pod sets is what costs."""
+    queue = job_queue_name(obj)
+    if framework in frameworks and queue is not None and queues.local_queue_exists(namespace, queue):
+        return None  # the common case, decided without reading its pod sets
+    if queued_owner(obj, frameworks) is not None:
+        return None
+    requested = enforced()
+    if not requested:
         return None
     name = ((obj.get("metadata") or {}).get("name")) or "(generated name)"
-    what = f"{kind} {namespace}/{name} requests {', '.join(sorted(enforced))} but"
+    what = f"{kind} {namespace}/{name} requests {', '.join(sorted(requested))} but"
     outcome = "its pods will wait for a node for ever (enforcement Strict)"
-    queue = job_queue_name(obj)
     if framework not in frameworks:
         return Unqueued("IntegrationDisabled", f"{what} gpuqueue does not queue {kind}s here (integration "
                         f"{framework!r} is not in integrations.frameworks): {outcome}; run it as a kind gpuqueue "
