@@ -27,7 +27,7 @@ log = logging.getLogger("gpuqueue.controller")
 
 DEFAULT_LOCAL_QUEUE_LABEL = "gpuqueue.io/default-local-queue"
 DEBOUNCE = 0.05  # seconds to gather LocalQueue and namespace changes before writing
-RETRY = 1.0  # seconds before a failed PATCH is tried again
+RETRY, RETRY_MAX = 1.0, 60.0  # seconds before a failed PATCH is tried again, doubled while it keeps failing
 
 
 def wanted_labels(namespaces: Mapping[str, Mapping[str, str]], local_queues: Collection[tuple[str, str]],
@@ -72,6 +72,7 @@ class DefaultQueueLabels:
         return wanted_labels(namespaces, queues, self.config, self.exempt)
 
     async def loop(self) -> None:
+        backoff = RETRY
         while True:
             await self._dirty.wait()
             await asyncio.sleep(DEBOUNCE)
@@ -81,9 +82,12 @@ class DefaultQueueLabels:
             failed = False
             for name, want in sorted(self.changes().items()):
                 failed |= not await self._write(name, want)
-            if failed:
-                await asyncio.sleep(RETRY)
+            if failed:  # (a 403 from RBAC that lacks `patch namespaces` would otherwise log every second)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_MAX)
                 self._dirty.set()
+            else:
+                backoff = RETRY
 
     async def _write(self, name: str, want: bool) -> bool:
         patch = {"metadata": {"labels": {DEFAULT_LOCAL_QUEUE_LABEL: "true" if want else None}}}
