@@ -180,8 +180,13 @@ def run_explain(args: argparse.Namespace) -> int:
         print("gpuqueue explain: give the job as NAMESPACE/NAME", file=sys.stderr)
         return 2
 
+    from gpuqueue.jobframework.managed import ManagedJobsConfig
+    from gpuqueue.jobframework.registry import IntegrationsConfig
+
     try:
-        _, enforcement = load_configuration(args.config)
+        cfg, enforcement = load_configuration(args.config)
+        managed = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
+        frameworks = IntegrationsConfig.from_kueue_configuration(cfg.to_dict()).frameworks
     except ValueError as exc:
         print(f"gpuqueue explain: {exc}", file=sys.stderr)
         return 2
@@ -193,7 +198,7 @@ def run_explain(args: argparse.Namespace) -> int:
             print(f"gpuqueue explain: no cluster ({exc})", file=sys.stderr)
             return 3
         try:
-            text, code = await explain_job(api, args.job, enforcement)
+            text, code = await explain_job(api, args.job, enforcement, managed, frameworks)
         finally:
             await api.close()
         print(text)

@@ -112,6 +112,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     _a("extender", KUEUE, "workloadpriorityclasses", LIST_WATCH, "workload priority"),
     _a("extender", "scheduling.k8s.io", "priorityclasses", LIST_WATCH, "pod priority as workload priority"),
     _a("extender", "", "namespaces", LIST_WATCH, "ClusterQueue namespaceSelector"),
+    _a("extender", "", "namespaces", "patch", "the label gpuqueue.io/default-local-queue on namespaces with a LocalQueue named default, which the webhook configurations select on (default_queue_label.py)"),
     _a("extender", "", "nodes", LIST_WATCH, "node capacity for /filter and /prioritize"),
     _a("extender", "", "pods", LIST_WATCH, "GPUs requested by bound pods; victims' pods gone"),
     _a("extender", "", "pods", "get patch delete", "the pod integration: ungate an admitted pod with its flavor, delete a preempted one (a pod cannot be suspended), remove Kueue's finalizer"),
@@ -126,6 +127,7 @@ API_ACCESS: tuple[ApiAccess, ...] = (
     # explain: `gpuqueue explain NAMESPACE/JOB`, run by a person with their own credentials
     # (ClusterRole gpuqueue-explain, bound by the operator to whom they choose)
     _a("explain", "batch", "jobs", "get", "the Job asked about"),
+    _a("explain", "", "namespaces", "get", "its namespace's labels: is it within managedJobsNamespaceSelector (why a Job has no Workload)"),
     _a("explain", KUEUE, "workloads", "list", "its Workload (by its owner's uid); the other Workloads of its ClusterQueue"),
     _a("explain", KUEUE, "localqueues", "list", "which ClusterQueue each Workload's LocalQueue points to"),
     _a("explain", KUEUE, "clusterqueues", "list", "the cohort's members, for what must finish; what the quota covers"),

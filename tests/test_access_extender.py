@@ -276,8 +276,9 @@ def test_recorded_calls_in_rbac_terms(recorded):
     assert used[("batch", "jobs/finalizers", False)] == {"update"}
     assert used[("", "events", False)] == {"create"}
     assert used[("coordination.k8s.io", "leases", True)] == {"get", "create", "update"}
-    for resource in ("nodes", "namespaces"):
-        assert used[("", resource, False)] == {"list", "watch"}
+    assert used[("", "nodes", False)] == {"list", "watch"}
+    # and the label that sends unlabelled Jobs to the webhook where a LocalQueue "default" is
+    assert used[("", "namespaces", False)] == {"list", "watch", "patch"}
     assert used[("", "pods", False)] == {"list", "watch", "get", "patch", "delete"}  # the pod integration's writes
     assert used[("", "pods/finalizers", False)] == {"update"}
     lease_namespaces = {ns for _g, r, _v, ns, _n in recorded.calls(EXTENDER_AGENT) if r == "leases"}

@@ -39,7 +39,7 @@ async def test_kueue_families_after_the_flame_reclaim():
                 m = await _read(url)
                 latest[:] = [m]
                 return (m.value("kueue_pending_workloads", cluster_queue="group-c", status="inadmissible") == 2
-                        and m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted") == 2
+                        and m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted", underlying_cause="") == 2
                         and m.value("kueue_reserving_active_workloads", cluster_queue="group-c") == 2)
 
             for _ in range(300):
@@ -75,7 +75,12 @@ async def test_kueue_families_after_the_flame_reclaim():
 
             # evictions by Kueue's reason, preemptions by Kueue's preemption reason
             assert m.matching("kueue_evicted_workloads_total") == {
-                (("cluster_queue", "group-c"), ("reason", "Preempted")): 2}
+                (("cluster_queue", "group-c"), ("reason", "Preempted"), ("underlying_cause", "")): 2}
+            # Kueue's exporter: client_golang's default buckets, and no *_created series
+            attempt = m.matching("kueue_admission_attempt_duration_seconds_bucket", result="success")
+            assert sorted(float(dict(lbls)["le"]) for lbls in attempt) == [
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, INF]
+            assert "_created" not in m.text
             assert m.matching("kueue_preempted_workloads_total") == {
                 (("preempting_cluster_queue", "group-a"), ("reason", "InCohortReclamation")): 2}
 
@@ -105,7 +110,7 @@ async def test_kueue_families_after_the_flame_reclaim():
             assert m.value("kueue_local_queue_admitted_workloads_total", **lq_c) == 4
             assert m.value("kueue_local_queue_quota_reserved_workloads_total", **lq_c) == 4
             assert m.value("kueue_local_queue_admission_wait_time_seconds_count", **lq_c) == 4
-            assert m.value("kueue_local_queue_evicted_workloads_total", **lq_c, reason="Preempted") == 2
+            assert m.value("kueue_local_queue_evicted_workloads_total", **lq_c, reason="Preempted", underlying_cause="") == 2
             assert m.value("kueue_local_queue_reserving_active_workloads", **lq_c) == 2
             assert m.value("kueue_local_queue_admitted_active_workloads", **lq_c) == 2
             assert m.value("kueue_local_queue_resource_usage", **lq_c, **gpu) == 2
@@ -218,7 +223,7 @@ async def test_the_grafana_dashboard_reads_only_metrics_that_exist():
             url = f"http://127.0.0.1:{ops.addresses[0][1]}/metrics"
             for _ in range(300):
                 m = await _read(url)
-                if m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted") == 2:
+                if m.value("kueue_evicted_workloads_total", cluster_queue="group-c", reason="Preempted", underlying_cause="") == 2:
                     break
                 await asyncio.sleep(0.02)
         finally:

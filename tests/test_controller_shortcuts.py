@@ -93,6 +93,7 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
 
 async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_changes_reach_it():
     from gpuqueue.extender.controller import kinds as K
+    from gpuqueue.extender.controller.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
 
     async with Harness() as h:
         for obj in two_trees():
@@ -101,6 +102,10 @@ async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_ch
         await h.submit(gpu_job("team-a", "a-1"))
         await h.submit(gpu_job("team-a", "a-2"))
         await eventually(lambda: h.running("team-a", "a-1"), what="a-1 admitted")
+        # the namespace label kept where a LocalQueue "default" is (a namespace change: the engine's too)
+        await eventually(lambda: all(
+            (ctl.informers["namespaces"].get(ns)["metadata"].get("labels") or {}).get(DEFAULT_LOCAL_QUEUE_LABEL)
+            for ns, name in ctl.queue_view.local_queues if name == "default"), what="namespaces labelled")
         epoch = ctl.engine._epoch  # bumped by every spec change the engine is given
         await eventually(lambda: (h.cluster_queue("a").get("status") or {}).get("admittedWorkloads") == 1
                          and (h.cluster_queue("a").get("status") or {}).get("pendingWorkloads") == 1,

@@ -98,6 +98,8 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
                 meta = i["metadata"]
                 assert meta["namespace"] == wl_names[meta["name"]][0] and meta["creationTimestamp"]
                 assert meta["ownerReferences"][0]["kind"] == "Job"
+                # Kueue copies apiVersion, kind, name and uid only
+                assert set(meta["ownerReferences"][0]) == {"apiVersion", "kind", "name", "uid"}
             # the engine's own order, not a copy of it
             assert [h.workload_of(*k)["metadata"]["name"] for k in
                     [tuple(p.spec.key.split("/")) for p in ctl.engine.pending_in_order("group-c")]] == \
@@ -111,6 +113,16 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
             status, page = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?limit=2&offset=1")
             assert [i["positionInClusterQueue"] for i in page["items"]] == [1, 2]
             assert (await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?offset=9"))[1]["items"] == []
+            # limit=0 is Kueue's default (1000), not an empty page
+            assert (await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?limit=0"))[1]["items"] == items
+            # discovery advertises no verb on clusterqueues/localqueues themselves, as Kueue's server, and
+            # GET on one answers the generic API server's 404 Status
+            status, discovery = await _get(h, VIS)
+            verbs = {r["name"]: r["verbs"] for r in discovery["resources"]}
+            assert verbs == {"clusterqueues": [], "localqueues": [], "clusterqueues/pendingworkloads": ["get"],
+                             "localqueues/pendingworkloads": ["get"]}
+            status, plain = await _get(h, f"{VIS}/clusterqueues/group-c")
+            assert status == 404 and plain["kind"] == "Status" and plain["reason"] == "NotFound"
             status, bad = await _get(h, f"{VIS}/clusterqueues/group-c/pendingworkloads?limit=-1")
             assert status == 400 and bad["kind"] == "Status" and "limit" in bad["message"]
             status, missing = await _get(h, f"{VIS}/clusterqueues/nope/pendingworkloads")
@@ -147,6 +159,20 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
                                     ssl=False, headers={"X-Remote-User": "system:admin",
                                                         "X-Remote-Group": "system:masters"}) as r:
                     assert r.status == 401
+
+            # the OpenAPI documents kube-aggregator loads (v2, and v3 through its index)
+            async with aiohttp.ClientSession() as http:
+                base = f"https://127.0.0.1:{port}"
+                async with http.get(f"{base}/openapi/v2", ssl=False) as r:
+                    v2 = await r.json()
+                    assert r.status == 200 and v2["swagger"] == "2.0"
+                assert f"{VIS}/clusterqueues/{{name}}/pendingworkloads" in v2["paths"]
+                async with http.get(f"{base}/openapi/v3", ssl=False) as r:
+                    (entry,) = (await r.json())["paths"].values()
+                async with http.get(base + entry["serverRelativeURL"], ssl=False) as r:
+                    v3 = await r.json()
+                    assert r.status == 200 and v3["openapi"].startswith("3.")
+                assert "io.x-k8s.kueue.visibility.v1beta1.PendingWorkloadsSummary" in v3["components"]["schemas"]
 
             # a follower answers from its caches, in the order a new leader would rebuild
             await ctl.lose_leadership()

@@ -121,3 +121,24 @@ def test_cluster_queue_status_publishes_the_weighted_share_under_fair_sharing():
     assert status["fairSharing"] == {"weightedShare": 250}  # 2 of 8 lendable GPUs borrowed
     assert cluster_queue_status(e, "b", queue_counts(e).cq.get("b"), {})["fairSharing"] == {"weightedShare": 0}
     assert "fairSharing" not in cluster_queue_status(QuotaEngine(), "a", None, {})
+
+
+def test_the_weighted_share_metric_names_the_cohort_as_kueues_does():
+    """Kueue v0.14+: kueue_cluster_queue_weighted_share{cluster_queue, cohort}."""
+    from gpuqueue.extender.controller.metrics import Metrics
+    from gpuqueue.extender.quota.fairsharing import FairSharing
+    from gpuqueue.extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
+
+    e = QuotaEngine(fair_sharing=FairSharing())
+    e.set_flavor(FlavorSpec("gh200"))
+    e.set_cohort(CohortSpec("pool", quotas={("gh200", "nvidia.com/gpu"): Quota(8)}))
+    e.set_cluster_queue(ClusterQueueSpec("a", cohort="pool", namespace_selector={},
+                                         resource_groups=(ResourceGroupSpec(("nvidia.com/gpu",), ("gh200",)),),
+                                         quotas={("gh200", "nvidia.com/gpu"): Quota(0)}))
+    e.set_local_queue(LocalQueueSpec("a", "lq", "a"))
+    e.submit(WorkloadSpec("a/j", "a", "lq", (PodSetSpec("main", 1, {"nvidia.com/gpu": 2}),)))
+    e.schedule(0.0)
+    m = Metrics(local_queue_metrics=False)
+    m.update(e, queue_counts(e), [])
+    share = m.registry.get_sample_value("kueue_cluster_queue_weighted_share", {"cluster_queue": "a", "cohort": "pool"})
+    assert share == e.fair_sharing.share(e.state.cq_nodes["a"]) and share > 0

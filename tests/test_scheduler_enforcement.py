@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
+from gpuqueue.jobframework.unqueued import how_to_queue
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
@@ -319,7 +320,8 @@ async def test_gpu_pods_of_no_workload(tmp_path, mode, caplog):
         for pod in tenant[:3]:
             answer = await c.filter(pod)
             if mode == "Strict":
-                why = f"gpuqueue: pod team-a/{pod['metadata']['name']} requests nvidia.com/gpu but belongs to no admitted workload"
+                why = (f"gpuqueue: pod team-a/{pod['metadata']['name']} requests nvidia.com/gpu but belongs to no "
+                       f"admitted workload; {how_to_queue('team-a')}")
                 assert answer["NodeNames"] == [] and answer["FailedAndUnresolvableNodes"] == {n: why for n in NODES}
             else:
                 assert answer["NodeNames"] == NODES and answer["FailedAndUnresolvableNodes"] == {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from gpuqueue.jobframework.unqueued import how_to_queue
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.scheduler.view import ADMITTED
 from gpuqueue.jobframework.kinds import pods
@@ -91,7 +92,8 @@ async def test_a_pod_groups_pods_are_held_to_their_roles_pod_set(tmp_path):
             answer = await c.filter(c.pod("team-a", "sweep-2"), ALL)
             assert answer["NodeNames"] == [], answer
             assert set(answer["FailedAndUnresolvableNodes"].values()) == {
-                "gpuqueue: pod team-a/sweep-2 requests nvidia.com/gpu but belongs to no admitted workload"}
+                "gpuqueue: pod team-a/sweep-2 requests nvidia.com/gpu but belongs to no admitted workload; "
+                f"{how_to_queue('team-a')}"}
             deleting.set()
             await eventually(lambda: c.pod("team-a", "sweep-2") is None, what="the pod beyond the count deleted")
             assert all(c.pod("team-a", f"sweep-{i}") is not None for i in range(2))

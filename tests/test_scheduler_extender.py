@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
+from gpuqueue.jobframework.unqueued import how_to_queue
 from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Taint, Toleration
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from gpuqueue.extender.scheduler.memory import job_uid
@@ -295,11 +296,12 @@ async def test_with_enforcement_off_pods_of_no_workload_pass_through_untouched(e
 
 
 async def test_strict_refuses_a_gpu_pod_of_no_workload_but_not_in_an_exempt_namespace(ext):
-    refusal = "gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload"
+    refusal = ("gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload; "
+               + how_to_queue("team-b"))
     r = await ext.post("filter", fixture(FILTER_NCT))
     assert r["NodeNames"] == [] and r["FailedNodes"] == {}
     assert r["FailedAndUnresolvableNodes"] == {n: refusal for n in ("gh200-node-2", "h100-node-3", "gh200-node-1")}
-    assert [(v.reason, v.message) for v in ext.view.violations] == [("no_workload", refusal)]
+    assert [(v.reason, v.message) for v in ext.view.violations] == [("no_workload", refusal.split("; ")[0])]
     r = await ext.post("filter", job_pod(fixture(FILTER_NCT), job="not-queued"))
     assert set(r["FailedAndUnresolvableNodes"].values()) == {refusal}
     system = job_pod(fixture(FILTER_NCT), job="device-plugin", namespace="kube-system", uid="sys")
@@ -544,7 +546,7 @@ async def test_each_workload_state_and_pod_set_in_each_mode(pki, mode):
         r = await ext.post("filter", stranger)
         if mode == "Strict":
             assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no "
-                                   "admitted workload"}
+                                   f"admitted workload; {how_to_queue('team-b')}"}
         else:
             assert r["NodeNames"] == everywhere
         # being evicted: no new pods (Off: still kept to its flavor)

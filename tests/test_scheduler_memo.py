@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 import gpuqueue.extender.scheduler.verbs as verbs
+from gpuqueue.jobframework.unqueued import how_to_queue
 from gpuqueue.extender.scheduler.memo import PodMemo
 from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb
 from gpuqueue.extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
@@ -116,7 +117,8 @@ def test_a_remembered_pod_is_never_used_for_another_pod_or_a_changed_body():
     # a Job the pod no longer belongs to: the verdict is read again, not remembered
     view.forget("team-b/train")
     assert set(answer(filter_verb(four, view, memo))["FailedAndUnresolvableNodes"].values()) == {
-        "gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload"}
+        f"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but belongs to no admitted workload; "
+        f"{how_to_queue('team-b')}"}
 
 
 def test_a_node_filled_between_filter_and_the_next_call_is_seen_full():

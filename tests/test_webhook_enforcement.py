@@ -122,9 +122,12 @@ async def test_gpu_pod_naming_another_scheduler_is_given_one_that_consults_the_e
     assert out.object["spec"]["schedulerName"] == "default-scheduler"
     assert out.called == ["pod.gpuqueue.io /mutate--v1-pod", "pod.gpuqueue.io /validate--v1-pod"]
     if scheduler is not None:
-        assert out.warnings == ["spec.schedulerName: set to 'default-scheduler' (was 'my-scheduler'): a pod that "
-                                "requests nvidia.com/gpu in namespace team-a is placed by a scheduler that consults "
-                                "gpuqueue"]
+        assert out.warnings[0] == ("spec.schedulerName: set to 'default-scheduler' (was 'my-scheduler'): a pod that "
+                                   "requests nvidia.com/gpu in namespace team-a is placed by a scheduler that consults "
+                                   "gpuqueue")
+    # and, being a bare pod nothing queues (no pod integration), it is told so
+    assert out.warnings[-1].startswith(f"Pod team-a/{p['metadata']['name']} requests nvidia.com/gpu but gpuqueue "
+                                       "does not queue Pods here")
 
 
 async def test_a_pod_left_naming_another_scheduler_after_the_mutating_webhooks_is_refused(chain):

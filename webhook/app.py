@@ -28,6 +28,7 @@ from gpuqueue.jobframework.kinds.pods import PodTemplateOwner
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
 from gpuqueue.jobframework.registry import INTEGRATIONS, IntegrationsConfig
+from gpuqueue.jobframework.unqueued import enforced_requests, why_unqueued
 from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
 from gpuqueue.webhook import pod_admission, review
 from gpuqueue.webhook.cluster import NoPods, PodLookup
@@ -49,6 +50,8 @@ MUTATE_POD_PATH = "/mutate--v1-pod"
 VALIDATE_POD_PATH = "/validate--v1-pod"
 VALIDATE_BINDING_PATH = "/validate--v1-binding"
 VALIDATE_WORKLOAD_PATH = "/validate-kueue-x-k8s-io-v1beta2-workload"
+# gpuqueue's own: warnings only, for every queued kind (failurePolicy Ignore in the configuration)
+WARN_UNQUEUED_PATH = "/warn-unqueued"
 
 
 def kind_path(verb: str, integration: Integration) -> str:
@@ -159,6 +162,19 @@ class AdmissionHandlers:
                                                f"{integration.kind} before and after")
         errors = parent_update_errors(integration.kind, req.object, req.oldObject)
         return review.allow(req.uid) if not errors else review.deny(req.uid, aggregate(errors))
+
+    def warn_unqueued(self, req: review.AdmissionRequest) -> bytes:
+        """Warnings, never a refusal: a workload of a queued kind that requests what Strict
+        enforcement checks, which nothing will admit (gpuqueue.jobframework.unqueued)."""
+        integration = next((i for i in QUEUED_KINDS if _is_kind(req, i)), None)
+        if req.operation != "CREATE" or integration is None or not req.namespace or not isinstance(req.object, dict):
+            return review.allow(req.uid)
+        frameworks = tuple(f for f in self.frameworks if f != integration.framework or self.serves(integration))
+        found = why_unqueued(req.object, integration.kind, integration.framework, req.namespace,
+                             lambda: enforced_requests(integration, req.object, req.namespace,
+                                                       self.settings.enforcement, self.covered()),
+                             self.queues, self.settings.config, frameworks)
+        return review.allow(req.uid, warnings=[found.message] if found else None)
 
     def _pod_context(self, req: review.AdmissionRequest) -> PodContext:
         s = self.settings
@@ -297,6 +313,7 @@ class AdmissionHandlers:
         app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))
         app.router.add_post(VALIDATE_BINDING_PATH, self._endpoint(self.validate_binding))
         app.router.add_post(VALIDATE_WORKLOAD_PATH, self._endpoint(self.validate_workload))
+        app.router.add_post(WARN_UNQUEUED_PATH, self._endpoint(self.warn_unqueued))
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         return app

@@ -50,6 +50,7 @@ from gpuqueue.jobframework.kinds.pods import (GROUP_NAME_LABEL, GROUP_TOTAL_COUN
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, job_queue_name
 from gpuqueue.jobframework.mutation import mutate_job, suspended_by_parent
 from gpuqueue.jobframework.patch import json_patch
+from gpuqueue.jobframework.unqueued import has_controller, why_unqueued
 from gpuqueue.webhook.fielderrors import FieldError, aggregate, forbidden, invalid, required
 from gpuqueue.webhook.job_validation import validate_job
 from gpuqueue.webhook.kueue_validation import dns_subdomain
@@ -289,9 +290,21 @@ def check_queueing(facts: PodFacts, ctx: PodContext) -> PodVerdict:
     return ALLOW if denial is None else PodVerdict(denial=denial)
 
 
+def warn_unqueued(facts: PodFacts, ctx: PodContext) -> PodVerdict:
+    """A bare pod (no controller: a controller's pods are its owner's) that Strict enforcement would
+    refuse a node because nothing will admit it: a warning at creation, never a refusal."""
+    q = ctx.queueing
+    if q is None or facts.mirror or not ctx.enforcement.refusing or has_controller(facts.pod):
+        return ALLOW
+    frameworks = q.frameworks if q.active else tuple(f for f in q.frameworks if f != POD.framework)
+    found = why_unqueued(facts.pod, POD.kind, POD.framework, ctx.namespace, lambda: facts.enforced, q.queues,
+                         q.config, frameworks)
+    return ALLOW if found is None else PodVerdict(warnings=(found.message,))
+
+
 PodStep = Callable[[PodFacts, PodContext], PodVerdict]
 POD_MUTATIONS: tuple[PodStep, ...] = (steer_to_extender, queue_pod)
-POD_VALIDATIONS: tuple[PodStep, ...] = (check_steered, check_queueing)
+POD_VALIDATIONS: tuple[PodStep, ...] = (check_steered, check_queueing, warn_unqueued)
 
 
 def combine(verdicts: list[PodVerdict]) -> PodVerdict:

@@ -22,6 +22,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
@@ -40,6 +41,7 @@ from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
+from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes import Writes
@@ -126,6 +128,13 @@ class Controller:
         self.rebuild = RebuildFromApi(self, self.informers, self.quota_objects, self.job_reconciler,
                                       self.workload_reconciler, self.workload_writes, self.following,
                                       self.departures)
+        self.unqueued_events = UnqueuedEvents(
+            self.informers, [(k.kind.name, k.integration) for k in self.kinds if not isinstance(k, PodGroupKind)],
+            self.queue_view, o.managed_jobs, o.enforcement, lambda: {k.integration.framework for k in self.kinds},
+            self.events)
+        self.default_queue_labels = DefaultQueueLabels(self.kube, self.informers, o.managed_jobs,
+                                                       o.enforcement.exempt_namespaces,
+                                                       lambda: self.leader and self.recovered)
         self.leader = False
         self.recovered = False
         self.passes = 0
@@ -145,6 +154,7 @@ class Controller:
             inf.start()
         self._tasks.append(asyncio.create_task(self._pass_loop(), name="controller:passes"))
         self._tasks.append(asyncio.create_task(self.queue_status.loop(), name="controller:status"))
+        self._tasks.append(asyncio.create_task(self.default_queue_labels.loop(), name="controller:default-queue-labels"))
         o = self.options
         if o.leader_elect:
             self.elector = LeaderElector(self.kube, namespace=o.lease_namespace, name=o.lease_name,
@@ -247,6 +257,7 @@ class Controller:
             self.rebuild.run(self.engine)
             self.recovered = True
             self.mark_dirty()
+            self.default_queue_labels.poke()
             log.info("leading: engine rebuilt with %d admitted and %d pending workloads",
                      len(self.engine.state.admitted), len(self.engine.pending))
 

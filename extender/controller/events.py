@@ -45,6 +45,12 @@ class EventRecorder:
         self._record(f"{namespace}/{name}", {"kind": "Pod", "namespace": namespace, "name": name, "uid": uid,
                                              "apiVersion": "v1"}, reason, message, type_)
 
+    def on_object(self, api_version: str, kind: str, namespace: str, name: str, uid: str, reason: str, message: str,
+                  type_: str = "Warning") -> None:
+        """On any namespaced object (one gpuqueue does not queue: unqueued_events.py)."""
+        self._record(f"{namespace}/{name}", {"kind": kind, "namespace": namespace, "name": name, "uid": uid,
+                                             "apiVersion": api_version}, reason, message, type_)
+
     def _record(self, key: str, involved: dict, reason: str, message: str, type_: str) -> None:
         if not self._budget.try_take():
             self.dropped.inc()

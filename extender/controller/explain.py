@@ -7,6 +7,7 @@ for a node (the reason kube-scheduler shows on the pod)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from kubernetes_asyncio import client
 
@@ -19,7 +20,11 @@ from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import Admitted, NotAdmitted
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int
 from gpuqueue.kueuectl.client import pending_workloads, visibility_unavailable
-from gpuqueue.jobframework.enforcement import EnforcementConfig
+from gpuqueue.jobframework.enforcement import EnforcementConfig, covered_resources
+from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
+from gpuqueue.jobframework.mutation import BATCH_JOB
+from gpuqueue.jobframework.registry import IntegrationsConfig
+from gpuqueue.jobframework.unqueued import enforced_requests, why_unqueued
 
 _NEEDED = re.compile(r"insufficient unused quota for (\S+) in flavor (\S+), (\S+) more needed")
 
@@ -55,13 +60,39 @@ def pending_pods(job: dict, workloads: list[dict], cluster_queues: dict[str, dic
     return ["  Pending pods:"] + sorted(lines) if lines else []
 
 
+@dataclass(frozen=True)
+class NotQueuedContext:
+    """What `explain` needs to say why a Job without a Workload will never get one."""
+    namespace_labels: dict[str, str] | None  # None: unknown (not readable)
+    config: ManagedJobsConfig = ManagedJobsConfig()
+    frameworks: tuple[str, ...] = IntegrationsConfig().frameworks
+
+
+def unqueued_line(job: dict, local_queues: dict[str, dict], cluster_queues: dict[str, dict],
+                  enforcement: EnforcementConfig, context: NotQueuedContext) -> str | None:
+    """The webhook's warning (gpuqueue.jobframework.unqueued) for a Job that has no Workload."""
+    ns = job["metadata"]["namespace"]
+    queues = StaticQueueView(local_queues={tuple(k.split("/", 1)) for k in local_queues},
+                             namespaces={ns: context.namespace_labels} if context.namespace_labels is not None else {})
+    found = why_unqueued(job, BATCH_JOB.kind, BATCH_JOB.framework, ns,
+                         lambda: enforced_requests(BATCH_JOB, job, ns, enforcement,
+                                                   covered_resources(cluster_queues.values())),
+                         queues, context.config, context.frameworks)
+    return None if found is None else found.message
+
+
 def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dict[str, dict],
             cluster_queues: dict[str, dict], position: dict | str | None = None, pods: list[dict] | None = None,
-            enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
+            enforcement: EnforcementConfig | None = None, unqueued: NotQueuedContext | None = None) -> tuple[str, int]:
     """The report and an exit code: 0 admitted or finished, 1 pending, 2 no Workload (not managed, or
     not seen yet); `gpuqueue explain` adds 2 for no such Job and 3 when the cluster cannot be asked.
     `position`: the Workload's PendingWorkload item from the visibility API, or why there is none."""
     text, code = _explain(job, wl, workloads, local_queues, cluster_queues, position)
+    if wl is None:
+        why = unqueued_line(job, local_queues, cluster_queues, enforcement or EnforcementConfig(),
+                            unqueued or NotQueuedContext(None))
+        if why is not None:
+            text = f"{job['metadata']['namespace']}/{job['metadata']['name']}: no Workload: {why}"
     lines = pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
     return "\n".join([text, *lines]), code
 
@@ -122,10 +153,20 @@ def _explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: di
     return "\n".join(lines), 1
 
 
-async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementConfig | None = None) -> tuple[str, int]:
-    """``enforcement``: the policy the extender runs with (its Configuration's; default Strict)."""
+async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementConfig | None = None,
+                      config: ManagedJobsConfig | None = None, frameworks: tuple[str, ...] | None = None
+                      ) -> tuple[str, int]:
+    """``enforcement``, ``config``, ``frameworks``: what the extender runs with (its
+    Configuration's; default Strict, Kueue's defaults)."""
     kube = KubeApi(api)
     ns, name = ref.split("/", 1)
+    try:
+        labels = ((await kube.get(K.NAMESPACES, None, ns))["metadata"].get("labels") or {})
+    except Exception as exc:  # noqa: BLE001 - unreadable: the name label is all that is known
+        if not is_status(exc, 404, 403):
+            raise
+        labels = None
+    context = NotQueuedContext(labels, config or ManagedJobsConfig(), frameworks or IntegrationsConfig().frameworks)
     try:
         job = await kube.get(K.JOBS, ns, name)
     except Exception as exc:
@@ -143,7 +184,7 @@ async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementC
            for o in (await kube.request("GET", K.LOCAL_QUEUES.path()))["items"]}
     cqs = {o["metadata"]["name"]: o for o in (await kube.request("GET", K.CLUSTER_QUEUES.path()))["items"]}
     pods = (await kube.request("GET", K.PODS.path(ns)))["items"]
-    return explain(job, wl, workloads, lqs, cqs, position, pods, enforcement)
+    return explain(job, wl, workloads, lqs, cqs, position, pods, enforcement, context)
 
 
 async def _position(kube: KubeApi, wl: dict) -> dict | str | None:

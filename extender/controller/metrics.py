@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# Kueue's exporter (client_golang) writes no *_created series; prometheus_client does unless told.
+disable_created_metrics()
+# client_golang's DefBuckets, which Kueue's histograms without buckets of their own get (Python's
+# defaults add 0.075, 0.75 and 7.5).
+GO_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# kueue_*evicted_workloads_total's underlying_cause (Kueue v0.14+): "" when `reason` is the root cause,
+# which it always is here (gpuqueue has no admission checks, maximum execution time or requeuing limit).
+ROOT_CAUSE = ""
 
 from gpuqueue.api.quantity import engine_int_to_quantity
 
@@ -58,7 +67,8 @@ class Metrics:
                                           "decided something); 'success' when at least one workload was admitted",
                                           ["result"])
         self.admission_attempt_duration = histogram("kueue_admission_attempt_duration_seconds",
-                                                     "The latency of an admission attempt", ["result"])
+                                                     "The latency of an admission attempt", ["result"],
+                                                     GO_DEFAULT_BUCKETS)
         self.pending = gauge("kueue_pending_workloads",
                              "The number of pending workloads, per 'cluster_queue' and 'status' (active: in the "
                              "admission queue; inadmissible: failed an admission attempt, waiting for quota to free "
@@ -76,7 +86,8 @@ class Metrics:
                                         "'cluster_queue'", ["cluster_queue"], KUEUE_WAIT_BUCKETS)
         self.evicted = counter("kueue_evicted_workloads_total",
                                "The number of evicted workloads per 'cluster_queue' and 'reason' (Preempted, "
-                               "ClusterQueueStopped, LocalQueueStopped)", ["cluster_queue", "reason"])
+                               "ClusterQueueStopped, LocalQueueStopped); 'underlying_cause' is always \"\": "
+                               "the reason is the root cause", ["cluster_queue", "reason", "underlying_cause"])
         self.preempted = counter("kueue_preempted_workloads_total",
                                  "The number of preempted workloads per 'preempting_cluster_queue' and 'reason' "
                                  "(InClusterQueue, InCohortReclamation, InCohortFairSharing, "
@@ -104,7 +115,7 @@ class Metrics:
                                    "(+Inf: no limit)", CQ_RESOURCE)
         self.weighted_share = gauge("kueue_cluster_queue_weighted_share",
                                     "The ClusterQueue's dominant share of borrowed quota over what its cohort may "
-                                    "lend, divided by its weight (fair sharing only)", ["cluster_queue"])
+                                    "lend, divided by its weight (fair sharing only)", ["cluster_queue", "cohort"])
         # -- Kueue's LocalQueue families (its LocalQueueMetrics feature) ---------------------------
         if local_queue_metrics:
             self.lq_pending = gauge("kueue_local_queue_pending_workloads",
@@ -120,7 +131,8 @@ class Metrics:
                                                "The time between a workload was created or requeued until admission, "
                                                "per 'local_queue'", LQ, KUEUE_WAIT_BUCKETS)
             self.lq_evicted = counter("kueue_local_queue_evicted_workloads_total",
-                                      "The number of evicted workloads per 'local_queue' and 'reason'", LQ + ["reason"])
+                                      "The number of evicted workloads per 'local_queue' and 'reason'",
+                                      LQ + ["reason", "underlying_cause"])
             self.lq_reserving = gauge("kueue_local_queue_reserving_active_workloads",
                                       "The number of Workloads that are reserving quota, per 'localQueue'", LQ)
             self.lq_admitted_active = gauge("kueue_local_queue_admitted_active_workloads",
@@ -177,9 +189,9 @@ class Metrics:
 
     def evicted_workload(self, cq: str, namespace: str, local_queue: str, reason: str,
                          preempting_cq: str | None = None, preemption_reason: str | None = None) -> None:
-        self.evicted.labels(cq, reason).inc()
+        self.evicted.labels(cq, reason, ROOT_CAUSE).inc()
         if self.local_queue_metrics:
-            self.lq_evicted.labels(local_queue, namespace, reason).inc()
+            self.lq_evicted.labels(local_queue, namespace, reason, ROOT_CAUSE).inc()
         if preempting_cq is not None and preemption_reason is not None:
             self.preempted.labels(preempting_cq, preemption_reason).inc()
 
@@ -225,7 +237,7 @@ class Metrics:
                 self.borrowed.labels(cq, flavor, res).set(kueue_amount(res, max(0, used - q.nominal)))
             node = state.cq_nodes.get(cq)
             if engine.fair_sharing is not None and node is not None and node.parent is not None:
-                self.weighted_share.labels(cq).set(engine.fair_sharing.share(node))
+                self.weighted_share.labels(cq, cohort).set(engine.fair_sharing.share(node))
         if not self.local_queue_metrics:
             return
         for namespace, name, active in local_queues:

@@ -24,7 +24,7 @@ from gpuqueue.extender.scheduler.indexes import ViewIndexes
 from gpuqueue.extender.scheduler.ownership import count_key
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, PodSetAdmission,
                                               Violation, WorkloadEntry)
-from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig
+from gpuqueue.jobframework.enforcement import AUDIT, EnforcementConfig, covered_resources
 from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD
 from gpuqueue.jobframework.registry import BY_KIND
 from gpuqueue.api.kueue import JOB_UID_LABEL
@@ -110,11 +110,6 @@ def workload_entry(wl: dict, flavors: Mapping[str, dict]) -> WorkloadEntry | Non
         log.warning("workload %s/%s: admission not readable: %s", namespace, name, exc)
         return entry(namespace, name, owner, PENDING, f"gpuqueue cannot read the Workload's admission: {exc}")
     return entry(namespace, name, owner, EVICTED if evicted else ADMITTED, message, flavor, pod_sets)
-
-
-def covered_resources(cluster_queues: Iterable[dict]) -> frozenset[str]:
-    return frozenset(r for cq in cluster_queues for rg in ((cq.get("spec") or {}).get("resourceGroups") or ())
-                     for r in (rg.get("coveredResources") or ()) if isinstance(r, str))
 
 
 class CacheView(ViewIndexes):

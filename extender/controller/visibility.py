@@ -23,11 +23,14 @@ from typing import Iterable
 from aiohttp import web
 
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller import visibility_openapi
 from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded
 
 GROUP, VERSION = "visibility.kueue.x-k8s.io", "v1beta1"
 PREFIX = f"/apis/{GROUP}/{VERSION}"
-DEFAULT_LIMIT = 1000
+DEFAULT_LIMIT = 1000  # Kueue's, also for limit=0
+OWNER_REFERENCE_FIELDS = ("apiVersion", "kind", "name", "uid")
+NOT_FOUND = "the server could not find the requested resource"
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,9 @@ def summary(ordered: Iterable[Queued], local_queue: tuple[str, str] | None, offs
         meta = (q.workload or {}).get("metadata") or {}
         metadata = {"name": q.name, "namespace": q.namespace,
                     "creationTimestamp": meta.get("creationTimestamp")}
-        if meta.get("ownerReferences"):
-            metadata["ownerReferences"] = meta["ownerReferences"]
+        if meta.get("ownerReferences"):  # as Kueue copies them: no controller, no blockOwnerDeletion
+            metadata["ownerReferences"] = [{k: ref[k] for k in OWNER_REFERENCE_FIELDS if k in ref}
+                                           for ref in meta["ownerReferences"]]
         items.append({"metadata": metadata, "priority": q.priority, "localQueueName": q.local_queue,
                       "positionInClusterQueue": position, "positionInLocalQueue": lq_position})
     return {"kind": "PendingWorkloadsSummary", "apiVersion": f"{GROUP}/{VERSION}",
@@ -115,7 +119,7 @@ def _page(request: web.Request) -> tuple[int, int]:
             raise web.HTTPBadRequest() from None
         if values[key] < 0:
             raise web.HTTPBadRequest()
-    return values["offset"], values["limit"]
+    return values["offset"], values["limit"] or DEFAULT_LIMIT
 
 
 class Visibility:
@@ -171,22 +175,35 @@ def _attributes(request: web.Request) -> tuple[dict, str]:
 
 async def _discovery(request: web.Request) -> web.Response:
     """The APIResourceList kube-aggregator reads to mark the APIService available."""
-    def res(name, kind, namespaced, verbs):
-        return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs}
+    def res(name, singular, namespaced, verbs):
+        return {"name": name, "singularName": singular, "namespaced": namespaced, "kind": "PendingWorkloadsSummary",
+                "verbs": verbs}
 
+    # As Kueue's server lists them: clusterqueues and localqueues are there only to carry their
+    # pendingworkloads subresources, and serve no verb of their own.
     return web.json_response({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{VERSION}",
-                              "resources": [res("clusterqueues", "ClusterQueue", False, ["get"]),
-                                            res("clusterqueues/pendingworkloads", "PendingWorkloadsSummary", False,
-                                                ["get"]),
-                                            res("localqueues", "LocalQueue", True, ["get"]),
-                                            res("localqueues/pendingworkloads", "PendingWorkloadsSummary", True,
-                                                ["get"])]})
+                              "resources": [res("clusterqueues", "clusterqueue", False, []),
+                                            res("clusterqueues/pendingworkloads", "", False, ["get"]),
+                                            res("localqueues", "localqueue", True, []),
+                                            res("localqueues/pendingworkloads", "", True, ["get"])]})
+
+
+@web.middleware
+async def status_not_found(request: web.Request, handler):
+    """Anything else (GET .../clusterqueues/NAME among others) is the generic API server's 404 Status."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _status(404, "NotFound", NOT_FOUND)
+    except web.HTTPMethodNotAllowed:
+        return _status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 
 def build_visibility_app(ctl, auth: DelegatedAuth) -> web.Application:
     v = Visibility(ctl)
-    app = web.Application()
+    app = web.Application(middlewares=[status_not_found])
     app.router.add_get(PREFIX, _discovery)
+    visibility_openapi.add_routes(app)
     app.router.add_get(PREFIX + "/clusterqueues/{name}/pendingworkloads",
                        guarded(auth, _attributes, v.cluster_queue, status_json=True))
     app.router.add_get(PREFIX + "/namespaces/{namespace}/localqueues/{name}/pendingworkloads",

@@ -26,6 +26,7 @@ from typing import Callable
 
 from gpuqueue.api.base import ObjectMeta
 from gpuqueue.api.quantity import format_engine_int
+from gpuqueue.jobframework.unqueued import how_to_queue
 
 from gpuqueue.extender.scheduler.ownership import Membership, membership
 from gpuqueue.extender.scheduler.view import (ADMITTED, EVICTED, FINISHED, PENDING, UNMANAGED, Admitted, CachedPod,
@@ -94,7 +95,9 @@ def judge_pod(view: ClusterView, pod: CachedPod) -> tuple[Verdict, Violation | N
         return verdict, None
     violation = _violation(view, pod, member, sorted(checked))
     if violation is not None and enforcement.refusing and not isinstance(verdict, NotAdmitted):
-        verdict = NotAdmitted(violation.message)
+        # A pod of no workload at all waits for ever: its PodScheduled message says how to queue it.
+        hint = f"; {how_to_queue(pod.namespace)}" if violation.reason == "no_workload" else ""
+        verdict = NotAdmitted(violation.message + hint)
     return verdict, violation
 
 

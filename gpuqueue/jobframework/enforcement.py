@@ -113,6 +113,12 @@ class EnforcementConfig:
         return enforced.intersection(requested)
 
 
+def covered_resources(cluster_queues: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Every resource some of ``cluster_queues`` (as JSON) covers."""
+    return frozenset(r for cq in cluster_queues for rg in ((cq.get("spec") or {}).get("resourceGroups") or ())
+                     for r in (rg.get("coveredResources") or ()) if isinstance(r, str))
+
+
 def requested_resources(spec: PodSpec) -> frozenset[str]:
     """The resources a pod asks a positive amount of, as Kubernetes counts them (containers, init
     containers and sidecars, overhead; a limit stands in for a missing request)."""

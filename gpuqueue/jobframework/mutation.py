@@ -10,8 +10,9 @@ On a managed object (Kueue's rules, for every kind):
   (``Integration.suspend``: a Job's ``spec.suspend``, a PyTorchJob's ``spec.runPolicy.suspend``,
   ...); a pod gated (``pods.gated``); a Deployment's, StatefulSet's or LeaderWorkerSet's pod
   templates marked so that the pod integration queues their pods (``marked``);
-- without a queue-name label, the namespace's LocalQueue named ``default`` (when it exists
-  and LocalQueueDefaulting is on) is written into it;
+- without a queue-name label, the namespace's LocalQueue named ``default`` (when it exists, the
+  namespace is within ``managedJobsNamespaceSelector`` and LocalQueueDefaulting is on, as in
+  Kueue's ApplyDefaultLocalQueue) is written into it;
 - without ``kueue.x-k8s.io/priority-class``, it gets the default WorkloadPriorityClass,
   when one is marked default.
 
@@ -132,7 +133,8 @@ def mutate_job(
         return MutationResult(False, None, [], dict(job), f"unmanaged: its owner {owner} is queued instead")
     elif queue is not None:
         reason = f"queued in LocalQueue {queue} (label)"
-    elif config.local_queue_defaulting and queues.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE):
+    elif config.local_queue_defaulting and queues.local_queue_exists(namespace, DEFAULT_LOCAL_QUEUE) \
+            and namespace_is_managed(namespace, queues, config):
         queue = DEFAULT_LOCAL_QUEUE
         new_labels[QUEUE_NAME_LABEL] = queue
         reason = f"queued in LocalQueue {queue} (the namespace's default LocalQueue)"
