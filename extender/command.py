@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     p.add_argument("--config", type=Path, default=None,
                    help="Kueue Configuration YAML (fairSharing, manageJobsWithoutQueueName, managedJobsNamespaceSelector, "
-                        "and gpuqueue's enforcement)")
+                        "waitForPodsReady, and gpuqueue's enforcement)")
     p.add_argument("--cert-dir", type=Path, default=None, help="tls.crt/tls.key for the extender endpoints")
     p.add_argument("--host", default="0.0.0.0", help="address the extender and metrics endpoints listen on")
     p.add_argument("--port", type=int, default=8443, help="scheduler extender endpoints (HTTPS)")
@@ -85,6 +85,16 @@ def load_configuration(path: Path | None):
         raise ValueError(f"--config {path}: {exc}") from None
 
 
+def wait_for_pods_ready(doc: dict, path: Path | None):
+    """The Configuration's waitForPodsReady (None: off); ValueError naming the file and field."""
+    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+
+    try:
+        return from_kueue_configuration(doc)
+    except ValueError as exc:
+        raise ValueError(f"--config {path}: {exc}") from None
+
+
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
     from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
@@ -109,6 +119,7 @@ async def serve(args: argparse.Namespace) -> int:
         cfg, enforcement = load_configuration(args.config)
         managed = ManagedJobsConfig.from_kueue_configuration(cfg.to_dict())
         integrations = IntegrationsConfig.from_kueue_configuration(cfg.to_dict())
+        pods_ready = wait_for_pods_ready(cfg.to_dict(), args.config)
     except ValueError as exc:
         print(f"gpuqueue extender: {exc}", file=sys.stderr)
         return 2
@@ -124,7 +135,7 @@ async def serve(args: argparse.Namespace) -> int:
         return 1
     options = Options(qps=args.qps, burst=args.burst, leader_elect=args.leader_elect,
                       lease_namespace=args.lease_namespace, managed_jobs=managed, integrations=integrations,
-                      fair_sharing=fair_sharing_spec(cfg), enforcement=enforcement)
+                      fair_sharing=fair_sharing_spec(cfg), enforcement=enforcement, pods_ready=pods_ready)
     identity = f"{socket.gethostname()}_{os.getpid()}"
     ctl = Controller(api, options, metrics=Metrics(local_queue_metrics=args.local_queue_metrics), identity=identity)
     view = ControllerClusterView(ctl)

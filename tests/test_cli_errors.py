@@ -209,3 +209,14 @@ def test_a_scenario_without_jobs_is_refused(tmp_path, text):
     assert res.stderr.splitlines() == [
         f"gpuqueue simulate: {tmp_path}/empty.yaml: no Jobs: the scenario submits none (a batch/v1 Job document, "
         "or a submit event), so there is nothing to simulate"]
+
+
+def test_extender_with_a_bad_wait_for_pods_ready_names_the_field(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+                      "waitForPodsReady:\n  timeout: 10m\n  requeuingStrategy:\n    backoffLimitCount: -1\n")
+    res = gpuqueue("extender", "--insecure-http", "--kubeconfig", "/nonexistent", "--config", str(config))
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        f"gpuqueue extender: --config {config}: waitForPodsReady.requeuingStrategy.backoffLimitCount: Invalid "
+        "value: -1: must be greater than or equal to 0"]

@@ -71,13 +71,17 @@ class PodLife:
 
 
 async def end_pod(h: Harness, name: str, phase: str) -> None:
-    """The kubelet's part: the pod's containers ended. Like the kubelet, it writes the status
-    over the pod it last read and, on a conflict (the controller changed the pod in between),
-    reads again and retries."""
+    """The kubelet's part: the pod's containers ended."""
+    await kubelet_writes(h, name, lambda status: {**status, "phase": phase})
+
+
+async def kubelet_writes(h: Harness, name: str, change) -> None:
+    """Like the kubelet, the pod's status written (`change(status)`) over the pod it last read and,
+    on a conflict (the controller changed the pod in between), read again and retried."""
     for _ in range(20):
         pod = h.api.cluster.store.get("pods", ("team-a", name))
         try:
-            await h.kube.replace(K.PODS, {**pod, "status": {**(pod.get("status") or {}), "phase": phase}}, "status")
+            await h.kube.replace(K.PODS, {**pod, "status": change(pod.get("status") or {})}, "status")
             return
         except ApiException as err:
             if err.status != 409:

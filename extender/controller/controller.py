@@ -41,6 +41,7 @@ from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
+from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
 from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.records import WorkloadRecords
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
@@ -144,6 +145,9 @@ class Controller:
         self._elector_task: asyncio.Task | None = None
         self._leading_task: asyncio.Task | None = None
         self._wire_handlers()
+        self.pods_ready = PodsReadyTracker(self, o.pods_ready, self.job_reconciler.state_of,
+                                           self.job_reconciler.state_of_workload,
+                                           self.job_reconciler.submit)  # waitForPodsReady (docs/podsready.md)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -255,6 +259,7 @@ class Controller:
             self.engine = QuotaEngine(fair_sharing=self.options.fair_sharing)
             self.engine.nodes = self.node_source
             self.rebuild.run(self.engine)
+            self.pods_ready.rebuilt()
             self.recovered = True
             self.mark_dirty()
             self.default_queue_labels.poke()
@@ -269,6 +274,7 @@ class Controller:
         if self._leading_task is not None and not self._leading_task.done():
             self._leading_task.cancel()
         await self._stop_writing()
+        self.pods_ready.forget()
         self.engine = None
         self.job_reconciler.clear()
 
@@ -323,6 +329,8 @@ class Controller:
 
     def run_pass(self) -> list[d.Decision]:
         assert self.engine is not None
+        if self.pods_ready.holds_admission():
+            return []  # Kueue's blockAdmission: the scheduler waits; a PodsReady write wakes it
         started = time.perf_counter()
         decisions = self.engine.schedule(time.time())
         for dec in decisions:

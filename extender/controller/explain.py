@@ -7,12 +7,14 @@ for a node (the reason kube-scheduler shows on the pod)."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.pods_ready import explain_lines as pods_ready_lines
 from gpuqueue.extender.controller.owned_workloads import owner_uids
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.view import CacheView
@@ -93,7 +95,8 @@ def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dic
                             unqueued or NotQueuedContext(None))
         if why is not None:
             text = f"{job['metadata']['namespace']}/{job['metadata']['name']}: no Workload: {why}"
-    lines = pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
+    lines = pods_ready_lines(wl, W.parse_time, _rfc3339) if wl is not None else []
+    lines += pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
     return "\n".join([text, *lines]), code
 
 
@@ -151,6 +154,10 @@ def _explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: di
                 lines.append(f"  To fit:       {amount} more {res} in flavor {flavor}; more than all admitted "
                              f"workloads in reach hold: the quota itself is too small")
     return "\n".join(lines), 1
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 async def explain_job(api: client.ApiClient, ref: str, enforcement: EnforcementConfig | None = None,

@@ -20,7 +20,8 @@ disable_created_metrics()
 # defaults add 0.075, 0.75 and 7.5).
 GO_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # kueue_*evicted_workloads_total's underlying_cause (Kueue v0.14+): "" when `reason` is the root cause,
-# which it always is here (gpuqueue has no admission checks, maximum execution time or requeuing limit).
+# as gpuqueue writes it (it has no admission checks or maximum execution time; waitForPodsReady's
+# WaitForStart/WaitForRecovery are counted in gpuqueue_pods_ready_timeout_evictions_total instead).
 ROOT_CAUSE = ""
 
 from gpuqueue.api.quantity import engine_int_to_quantity

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig
@@ -47,3 +48,4 @@ class Options:
     integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)  # the kinds it queues
     fair_sharing: FairSharing | None = None  # from the Configuration: None is Kueue without fairSharing
     enforcement: EnforcementConfig = field(default_factory=EnforcementConfig)  # the Configuration's `enforcement`
+    pods_ready: WaitForPodsReady | None = None  # the Configuration's waitForPodsReady (None: off)

@@ -118,11 +118,11 @@ class WorkloadRecords:
         return self.cache.get(f"{st.namespace}/{st.wl_name}")
 
     async def mark_evicted(self, st: JobState, reason: str, message: str,
-                           preempted_reason: str | None = None) -> dict | None:
+                           preempted_reason: str | None = None, status_fields: dict | None = None) -> dict | None:
         """Evicted written, and in our cache at once - ahead of the watch (Informer.observe) - so
         the extender, which judges pods by this cache, refuses the Workload's pods from now on.
         None when there was nothing to mark."""
-        marked = await self.update(st, lambda wl: W.evicted(wl, reason, message, preempted_reason))
+        marked = await self.update(st, lambda wl: W.evicted(wl, reason, message, preempted_reason, status_fields))
         if marked is not None:
             await self.cache.observe(marked)
         return marked

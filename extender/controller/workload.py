@@ -326,9 +326,11 @@ def with_admission(wl: dict, admission: Admission) -> dict | None:
     return wl
 
 
-def evicted(wl: dict, reason: str, message: str, preempted_reason: str | None = None) -> dict | None:
-    """Evicted true (and Preempted, for a preemption) on a Workload holding a reservation; None when
-    it holds none or already is so. From then on the extender refuses its pods (lets_pods_in)."""
+def evicted(wl: dict, reason: str, message: str, preempted_reason: str | None = None,
+            status_fields: dict | None = None) -> dict | None:
+    """Evicted true (and Preempted, for a preemption) on a Workload holding a reservation, with
+    `status_fields` beside it; None when it holds none or already is so. From then on the extender
+    refuses its pods (lets_pods_in)."""
     status = wl.setdefault("status", {})
     if not status.get("admission"):
         return None
@@ -339,6 +341,7 @@ def evicted(wl: dict, reason: str, message: str, preempted_reason: str | None = 
     if is_true(wl, "Evicted") and conds == status.get("conditions"):
         return None
     status["conditions"] = conds
+    status.update(status_fields or {})
     return wl
 
 

@@ -6,6 +6,7 @@ writers), kept apart for its size."""
 from __future__ import annotations
 
 from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import pods_ready
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.kubeapi import is_status
@@ -24,9 +25,10 @@ class WorkloadRecordKeeping:
         """Kueue's deactivation carried out: an admitted Job is evicted (`evicted`, the engine's
         decision: its Job suspended, its reservation cleared once its pods are gone, Requeued false);
         a pending one is told it is held out of its queue: Evicted (unless it already shows an
-        eviction, as Kueue) and Requeued false, reason Deactivated."""
+        eviction, as Kueue) and Requeued false, reason Deactivated. A deactivation Kueue's rules
+        made (waitForPodsReady's limit) says so: DeactivatedDueTo<cause>."""
         if evicted is not None:
-            self.apply(evicted)
+            self.apply(pods_ready.told_with_cause(self.workloads.get(st), evicted))
             return
 
         def change(wl: dict) -> dict | None:

@@ -248,9 +248,10 @@ class WorkloadWrites(WorkloadRecordKeeping):
     def evict(self, st: JobState, reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None, cluster_queue: str | None = None,
               preempting_cluster_queue: str | None = None, event_message: str | None = None,
-              admission: Admission | None = None) -> None:
+              admission: Admission | None = None, status_fields: dict | None = None) -> None:
         """`event_message`: the Job's Event says this instead of the condition's message;
-        `admission`: the reservation being taken back, as the engine held it."""
+        `admission`: the reservation being taken back, as the engine held it; `status_fields`:
+        written with the Evicted condition (a PodsReadyTimeout's requeueState)."""
         st.phase = "evicting"
         engine = self.sched.engine
         requeued = (engine.pending.get(st.key) or engine.inactive.get(st.key)) if engine is not None else None
@@ -271,7 +272,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 self._evicted(st)
                 return
             message = await make_message()
-            marked = await self.workloads.mark_evicted(st, reason, message, preempted_reason)
+            marked = await self.workloads.mark_evicted(st, reason, message, preempted_reason, status_fields)
             if marked is not None:
                 self.events.event(st, "Stopped" if preempted_reason is None else "Preempted",
                                   event_message or message)
@@ -280,7 +281,9 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 if preempted_reason is not None:
                     self.events.on_workload(st, uid, "Preempted", message)
                 if cluster_queue is not None:
-                    self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, reason,
+                    # Kueue counts every deactivation as Deactivated (the cause in a label of its own)
+                    counted = d.DEACTIVATED if reason.startswith(d.DEACTIVATED) else reason
+                    self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, counted,
                                                   preempting_cluster_queue, preempted_reason)
             await self._complete_eviction(st, reason, message, rid)
 
@@ -316,7 +319,8 @@ class WorkloadWrites(WorkloadRecordKeeping):
         that write waits in the same chain)."""
         await self.jobs.suspend(st)
         await self.jobs.wait_stopped(st, fenced=lambda: self.workloads.refuses_pods(st))
-        queued = reason != d.DEACTIVATED
+        # held out of its queue: deactivated (also by Kueue itself: DeactivatedDueTo...), or backing off
+        queued = not reason.startswith(d.DEACTIVATED) and reason != d.PODS_READY_TIMEOUT
         await self.workloads.update(st, lambda wl: W.requeued(wl, reason, message, queued))
         if rid is not None:
             self.writes.released(rid)

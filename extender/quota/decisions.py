@@ -54,5 +54,6 @@ NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"  #
 DEACTIVATED = "Deactivated"
 DEACTIVATED_MESSAGE = "The workload is deactivated"
 REACTIVATED = "Reactivated"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"  # waitForPodsReady's eviction: requeued after a backoff
 REACTIVATED_MESSAGE = "The workload was reactivated"
 NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor"})

@@ -14,9 +14,13 @@ class BackgroundLoop:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        """Cancelled until it ends: on Python 3.11 asyncio.wait_for can swallow a cancellation that
+        arrives as the awaited future completes, and a loop around it then runs on."""
+        task = self._task
+        if task is None:
+            return
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.1)
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()

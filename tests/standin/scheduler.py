@@ -7,7 +7,9 @@ extender (shared/fixtures/k8s-1.24/extender/): the in-tree checks first (node co
 nodeSelector, every resource the node's allocatable lists fits beside the pods bound there), then,
 for a pod that requests one of ``managed_resources``, POST /filter with the names of the nodes
 left; with more than one node, POST /prioritize and bind to the best (ties: the first name). It
-binds through pods/binding (``Cluster.bind``) and the kubelet then reports the pod Running.
+binds through pods/binding (``Cluster.bind``) and the kubelet then reports the pod Running, and
+Ready unless ``ready(pod)`` says its containers never become ready (``set_ready`` changes that
+later).
 
 Pods wait their turn as in kube-scheduler's scheduling queue (``schedqueue``: backoff 1 s doubling
 to 10 s, unschedulable pods back on a cluster event that could help or after five minutes, an
@@ -72,8 +74,9 @@ class Scheduler(BackgroundLoop):
     def __init__(self, cluster: Cluster, extender: Extender | None = None, *,
                  managed_resources: tuple[str, ...] = ("nvidia.com/gpu",),
                  scheduler_names: tuple[str, ...] = ("default-scheduler",), version: str = V1_24,
-                 clock: RealClock | None = None):
+                 clock: RealClock | None = None, ready: Callable[[dict], bool] = lambda pod: True):
         self.cluster = cluster
+        self.ready = ready  # does the kubelet report a pod it runs Ready (its readiness probe passes)?
         self.extender = extender
         self.managed_resources = managed_resources
         self.scheduler_names = scheduler_names
@@ -239,4 +242,33 @@ class Scheduler(BackgroundLoop):
         body = self.cluster.render(R.PODS, stored)
         body["status"] = {**(body.get("status") or {}), "phase": "Running",
                           "startTime": rules.fmt_time(rules.now())}
+        body["status"]["conditions"] = _with_ready(body["status"].get("conditions") or [], self.ready(body))
         self.cluster.update(R.PODS, namespace, name, body, subresource="status", verb="kubelet")
+
+    def set_ready(self, namespace: str, name: str, ready: bool) -> bool:
+        """The kubelet reports a running pod's Ready condition as `ready` (a probe passing or
+        failing); False when there is no such running pod."""
+        stored = self.cluster.store.get(R.PODS.storage_key, (namespace, name))
+        if stored is None or (stored.get("status") or {}).get("phase") != "Running":
+            return False
+        body = self.cluster.render(R.PODS, stored)  # (shares the stored status: replaced, not edited)
+        body["status"] = {**body["status"], "conditions": _with_ready(body["status"].get("conditions") or [], ready)}
+        self.cluster.update(R.PODS, namespace, name, body, subresource="status", verb="kubelet")
+        return True
+
+
+def _with_ready(conditions: list[dict], ready: bool) -> list[dict]:
+    """The pod's conditions with Ready and ContainersReady set as the kubelet reports them."""
+    now = rules.fmt_time(rules.now())
+    value = "True" if ready else "False"
+    out = [c for c in conditions if c.get("type") not in ("Ready", "ContainersReady")]
+    for type_ in ("ContainersReady", "Ready"):
+        before = next((c for c in conditions if c.get("type") == type_), None)
+        if before is not None and before.get("status") == value:
+            out.append(before)
+            continue
+        cond = {"type": type_, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
+        if not ready:
+            cond.update(reason="ContainersNotReady", message="containers with unready status: [main]")
+        out.append(cond)
+    return out
