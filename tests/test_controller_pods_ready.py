@@ -186,10 +186,10 @@ async def test_a_job_whose_pod_never_becomes_ready_is_evicted_requeued_with_back
         assert h.job(NS, "stuck")["spec"]["suspend"] is True
         assert not w.pods("stuck")
         sample = w.ctl.metrics.registry.get_sample_value
-        assert sample("kueue_evicted_workloads_total", {"cluster_queue": "cq", "reason": "PodsReadyTimeout"}) == 2
-        assert sample("kueue_evicted_workloads_total", {"cluster_queue": "cq", "reason": "Deactivated"}) == 1
-        assert sample("gpuqueue_pods_ready_timeout_evictions_total",
-                      {"cluster_queue": "cq", "underlying_cause": "WaitForStart"}) == 2
+        evicted = {"cluster_queue": "cq", "reason": "PodsReadyTimeout", "underlying_cause": "WaitForStart"}
+        assert sample("kueue_evicted_workloads_total", evicted) == 2
+        deactivated = {"cluster_queue": "cq", "reason": "Deactivated", "underlying_cause": "RequeuingLimitExceeded"}
+        assert sample("kueue_evicted_workloads_total", deactivated) == 1
 
 
 async def test_a_job_whose_pods_become_ready_keeps_running_and_kueue_counts_its_wait():
@@ -219,8 +219,8 @@ async def test_a_job_that_loses_a_ready_pod_waits_for_recovery_then_times_out():
         assert (c["status"], c["message"]) == ("False", "At least one pod has failed, waiting for recovery")
         await eventually(lambda: evicted_by_timeout(w, "flaky", 1), timeout=4, what="recovery timed out")
         sample = w.ctl.metrics.registry.get_sample_value
-        assert sample("gpuqueue_pods_ready_timeout_evictions_total",
-                      {"cluster_queue": "cq", "underlying_cause": "WaitForRecovery"}) == 1
+        assert sample("kueue_evicted_workloads_total",
+                      {"cluster_queue": "cq", "reason": "PodsReadyTimeout", "underlying_cause": "WaitForRecovery"}) == 1
 
 
 async def test_block_admission_holds_the_next_admission_until_the_admitted_pods_are_ready():

@@ -19,10 +19,6 @@ disable_created_metrics()
 # client_golang's DefBuckets, which Kueue's histograms without buckets of their own get (Python's
 # defaults add 0.075, 0.75 and 7.5).
 GO_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# kueue_*evicted_workloads_total's underlying_cause (Kueue v0.14+): "" when `reason` is the root cause,
-# as gpuqueue writes it (it has no admission checks or maximum execution time; waitForPodsReady's
-# WaitForStart/WaitForRecovery are counted in gpuqueue_pods_ready_timeout_evictions_total instead).
-ROOT_CAUSE = ""
 
 from gpuqueue.api.quantity import engine_int_to_quantity
 
@@ -87,8 +83,8 @@ class Metrics:
                                         "'cluster_queue'", ["cluster_queue"], KUEUE_WAIT_BUCKETS)
         self.evicted = counter("kueue_evicted_workloads_total",
                                "The number of evicted workloads per 'cluster_queue' and 'reason' (Preempted, "
-                               "ClusterQueueStopped, LocalQueueStopped); 'underlying_cause' is always \"\": "
-                               "the reason is the root cause", ["cluster_queue", "reason", "underlying_cause"])
+                               "ClusterQueueStopped, LocalQueueStopped, PodsReadyTimeout, Deactivated) and "
+                               "'underlying_cause' (\"\" when the reason is the root cause)", ["cluster_queue", "reason", "underlying_cause"])
         self.preempted = counter("kueue_preempted_workloads_total",
                                  "The number of preempted workloads per 'preempting_cluster_queue' and 'reason' "
                                  "(InClusterQueue, InCohortReclamation, InCohortFairSharing, "
@@ -188,11 +184,11 @@ class Metrics:
             self.lq_admitted.labels(local_queue, namespace).inc()
             self.lq_admission_wait.labels(local_queue, namespace).observe(waited)
 
-    def evicted_workload(self, cq: str, namespace: str, local_queue: str, reason: str,
+    def evicted_workload(self, cq: str, namespace: str, local_queue: str, reason: str, underlying_cause: str = "",
                          preempting_cq: str | None = None, preemption_reason: str | None = None) -> None:
-        self.evicted.labels(cq, reason, ROOT_CAUSE).inc()
+        self.evicted.labels(cq, reason, underlying_cause).inc()
         if self.local_queue_metrics:
-            self.lq_evicted.labels(local_queue, namespace, reason, ROOT_CAUSE).inc()
+            self.lq_evicted.labels(local_queue, namespace, reason, underlying_cause).inc()
         if preempting_cq is not None and preemption_reason is not None:
             self.preempted.labels(preempting_cq, preemption_reason).inc()
 

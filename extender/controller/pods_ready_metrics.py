@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
@@ -29,11 +29,6 @@ class PodsReadyMetrics:
                                                "PodsReady condition, and its eviction, per 'cluster_queue' and "
                                                "'reason'", ["cluster_queue", "reason"], buckets=KUEUE_WAIT_BUCKETS,
                                                registry=registry)
-        self.timed_out = Counter("gpuqueue_pods_ready_timeout_evictions_total",
-                                 "gpuqueue's: the PodsReadyTimeout evictions per 'cluster_queue' and "
-                                 "'underlying_cause' (WaitForStart, WaitForRecovery), which Kueue counts as "
-                                 "kueue_evicted_workloads_total{reason=\"PodsReadyTimeout\"} with that label",
-                                 ["cluster_queue", "underlying_cause"], registry=registry)
         if local_queue_metrics:
             self.lq_ready_wait = Histogram("kueue_local_queue_ready_wait_time_seconds",
                                            "The time between a workload was created or requeued until ready, per "
@@ -60,6 +55,3 @@ class PodsReadyMetrics:
 
     def ready_to_evicted(self, cq: str, reason: str, seconds: float) -> None:
         self.ready_to_evicted_time.labels(cq, reason).observe(seconds)
-
-    def evicted(self, cq: str, underlying_cause: str) -> None:
-        self.timed_out.labels(cq, underlying_cause).inc()

@@ -230,9 +230,9 @@ class PodsReadyTracker:
                  state["requeueAt"])
         ctl.engine.evict(st.key, now)
         ctl.workload_writes.evict(st, PR.PODS_READY_TIMEOUT, fixed, None, held.admission.cluster_queue,
-                                  admission=held.admission, status_fields={"requeueState": state})
+                                  admission=held.admission, status_fields={"requeueState": state},
+                                  underlying_cause=due[0])
         ctl.engine.delete(st.key)  # held out until requeueAt (_hold)
-        self.metrics.evicted(held.admission.cluster_queue, due[0])
         ctl.mark_dirty()
 
     # -- backoff --------------------------------------------------------------------------------------------

@@ -248,10 +248,13 @@ class WorkloadWrites(WorkloadRecordKeeping):
     def evict(self, st: JobState, reason: str, make_message: Callable[[], Awaitable[str]],
               preempted_reason: str | None, cluster_queue: str | None = None,
               preempting_cluster_queue: str | None = None, event_message: str | None = None,
-              admission: Admission | None = None, status_fields: dict | None = None) -> None:
+              admission: Admission | None = None, status_fields: dict | None = None,
+              underlying_cause: str = "") -> None:
         """`event_message`: the Job's Event says this instead of the condition's message;
         `admission`: the reservation being taken back, as the engine held it; `status_fields`:
-        written with the Evicted condition (a PodsReadyTimeout's requeueState)."""
+        written with the Evicted condition (a PodsReadyTimeout's requeueState);
+        `underlying_cause`: the eviction counter's label (a PodsReadyTimeout's WaitForStart or
+        WaitForRecovery)."""
         st.phase = "evicting"
         engine = self.sched.engine
         requeued = (engine.pending.get(st.key) or engine.inactive.get(st.key)) if engine is not None else None
@@ -281,9 +284,12 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 if preempted_reason is not None:
                     self.events.on_workload(st, uid, "Preempted", message)
                 if cluster_queue is not None:
-                    # Kueue counts every deactivation as Deactivated (the cause in a label of its own)
-                    counted = d.DEACTIVATED if reason.startswith(d.DEACTIVATED) else reason
-                    self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, counted,
+                    # Kueue counts every deactivation as Deactivated, its cause (DeactivatedDueTo<cause>)
+                    # in underlying_cause
+                    counted, cause = reason, underlying_cause
+                    if reason.startswith(f"{d.DEACTIVATED}DueTo"):
+                        counted, cause = d.DEACTIVATED, reason.removeprefix(f"{d.DEACTIVATED}DueTo")
+                    self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, counted, cause,
                                                   preempting_cluster_queue, preempted_reason)
             await self._complete_eviction(st, reason, message, rid)
 
