@@ -293,6 +293,8 @@ async def test_a_failed_pod_of_a_running_group_is_replaced_within_its_admission(
         await eventually(lambda: train.pod("train-1b") and not pods.is_gated(train.pod("train-1b")),
                          what="the replacement ungated")
         assert train.pod("train-1b")["spec"]["nodeSelector"] == {"team": "a", **GH200}
-        assert "train-1b" in {r["name"] for r in train.workload()["metadata"]["ownerReferences"]}
+        # the Workload gains the new owner in a write of its own, which may land after the ungating
+        await eventually(lambda: "train-1b" in {r["name"] for r in train.workload()["metadata"]["ownerReferences"]},
+                         what="the replacement an owner of the Workload")
         assert W.is_true(train.workload(), "Admitted") and not W.is_true(train.workload(), "Finished")
         await no_violation(h, ctl)
