@@ -10,9 +10,21 @@ import copy
 import pytest
 
 from gpuqueue.webhook.kueue_validation import validate_kueue_object
-from tests.test_webhook_app import VALIDATE_KUEUE, cert_dir, cq_review, deny_message, hook  # noqa: F401 - fixtures
+from tests.test_webhook_app import VALIDATE_KUEUE, cq_review, deny_message
+from tests.webhook_support import make_cert_dir, running_webhook
 
 HOST, RACK, BLOCK = "kubernetes.io/hostname", "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"
+
+
+@pytest.fixture(scope="module")
+def cert_dir(tmp_path_factory):
+    return make_cert_dir(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+async def hook(cert_dir):
+    async with running_webhook(cert_dir) as w:
+        yield w
 
 
 def topology(*labels: str) -> dict:
@@ -72,7 +84,7 @@ def topology_review(*labels: str) -> dict:
     return doc
 
 
-async def test_the_webhook_denies_a_topology_with_the_hostname_above_a_rack(hook):  # noqa: F811
+async def test_the_webhook_denies_a_topology_with_the_hostname_above_a_rack(hook):
     msg = await deny_message(hook, topology_review(HOST, RACK))
     assert msg == ('Topology.kueue.x-k8s.io "default" is invalid: spec.levels: Invalid value: "array": the '
                    'kubernetes.io/hostname label can only be used at the lowest level of topology')
