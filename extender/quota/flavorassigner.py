@@ -210,9 +210,7 @@ class FlavorAssigner:
         self.flavors = flavors
         self.oracle = oracle
         self.fair_sharing = fair_sharing
-        # every flavor a TAS flavor: a pod set that asks no topology is placed as unconstrained
-        self._tas_only = all(f in flavors and flavors[f].topology_name is not None
-                             for rg in cq.resource_groups for f in rg.flavors)
+        self._tas_only: bool | None = None  # read when first needed
 
     def assign(self, wl: WorkloadSpec, start: dict[tuple[str, str], int] | None = None) -> Assignment:
         """``start``: per (pod set, resource), the index of the first flavor of its group to try."""
@@ -257,11 +255,20 @@ class FlavorAssigner:
                 psa.usage[res] = requests[res]
         return assignment
 
+    @property
+    def tas_only(self) -> bool:
+        """Every flavor of the ClusterQueue a TAS flavor: a pod set that asks no topology is placed
+        as unconstrained (Kueue's IsTASOnly)."""
+        if self._tas_only is None:
+            self._tas_only = all(f in self.flavors and self.flavors[f].topology_name is not None
+                                 for rg in self.cq.resource_groups for f in rg.flavors)
+        return self._tas_only
+
     def _check_flavor(self, flavor_name: str, ps: PodSetSpec, rg_resources: tuple[str, ...]) -> str | None:
         flavor = self.flavors.get(flavor_name)
         if flavor is None:
             return f"flavor {flavor_name} not found"
-        mismatch = tas_mismatch(ps, flavor, rg_resources, self._tas_only)
+        mismatch = tas_mismatch(ps, flavor, rg_resources, flavor.topology_name is not None and self.tas_only)
         if mismatch is not None:
             return mismatch
         taint = untolerated_taint(list(flavor.node_taints), list(ps.tolerations) + list(flavor.tolerations))
