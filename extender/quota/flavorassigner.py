@@ -264,7 +264,7 @@ class FlavorAssigner:
                                  for rg in self.cq.resource_groups for f in rg.flavors)
         return self._tas_only
 
-    def _check_flavor(self, flavor_name: str, ps: PodSetSpec, rg_resources: tuple[str, ...]) -> str | None:
+    def _check_flavor(self, flavor_name: str, ps: PodSetSpec, rg_resources: tuple[str, ...] = ()) -> str | None:
         flavor = self.flavors.get(flavor_name)
         if flavor is None:
             return f"flavor {flavor_name} not found"
