@@ -4,14 +4,16 @@ flavors without one, one that asks for none skips TAS flavors unless the Cluster
 those), and when the chosen flavor's nodes do not hold the pods the search resumes at the next
 flavor of the resource group, as Kueue's next scheduling cycle does (LastTriedFlavorIdx). When no
 flavor holds them the workload waits with the last one's message and Kueue's reason
-TopologyPlacementFailed."""
+TopologyPlacementFailed, which the controller writes on the Workload."""
 
 from __future__ import annotations
 
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.simulate.runner import Simulation
 from gpuqueue.extender.simulate.scenario import load_scenario
+from tests.controller_support import eventually
 from tests.test_simulate_tas import events, run
+from tests.test_tas_admission import RACK as CLOUD_RACK, TAS_WORLD, job as cluster_job, running
 
 RACK = "example.com/rack"
 REQUIRED = f"kueue.x-k8s.io/podset-required-topology: {RACK}"
@@ -94,3 +96,13 @@ def test_kueues_words_when_no_flavor_matches_the_request():
                 job("train", 2, "kueue.x-k8s.io/podset-required-topology: example.com/block"))
     assert events(lines, "Pending")["ns/train"]["message"] == (
         'couldn\'t assign flavors to pod set main: Flavor "tas" does not contain the requested level')
+
+
+async def test_the_controller_writes_kueues_reason_on_the_workload(tmp_path):
+    async with running(tmp_path, TAS_WORLD, scheduler=False) as c:
+        await c.h.submit(cluster_job("rack", 4, 4, {"kueue.x-k8s.io/podset-required-topology": CLOUD_RACK}))
+        await eventually(lambda: c.condition("rack", "QuotaReserved").get("reason") == d.TOPOLOGY_PLACEMENT_FAILED,
+                         what="QuotaReserved=False with reason TopologyPlacementFailed")
+        cond = c.condition("rack", "QuotaReserved")
+        assert cond["status"] == "False"
+        assert cond["message"] == 'couldn\'t assign flavors to pod set main: topology "default" allows to fit only 2 out of 4 pod(s)'
