@@ -10,21 +10,8 @@ import copy
 import pytest
 
 from gpuqueue.webhook.kueue_validation import validate_kueue_object
-from tests.test_webhook_app import VALIDATE_KUEUE, cq_review, deny_message
-from tests.webhook_support import make_cert_dir, running_webhook
 
 HOST, RACK, BLOCK = "kubernetes.io/hostname", "cloud.provider.com/topology-rack", "cloud.provider.com/topology-block"
-
-
-@pytest.fixture(scope="module")
-def cert_dir(tmp_path_factory):
-    return make_cert_dir(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture
-async def hook(cert_dir):
-    async with running_webhook(cert_dir) as w:
-        yield w
 
 
 def topology(*labels: str) -> dict:
@@ -76,16 +63,3 @@ def test_a_tas_flavors_rules():
     changed["spec"]["nodeLabels"] = {"pool": "other"}
     assert errors(changed, flavor, kind="ResourceFlavor") == [
         'spec: Invalid value: "object": resourceFlavorSpec are immutable when topologyName is set']
-
-
-def topology_review(*labels: str) -> dict:
-    doc = cq_review(lambda o: (o.clear(), o.update(topology(*labels))), kind="Topology", resource="topologies")
-    doc["request"]["name"] = "default"
-    return doc
-
-
-async def test_the_webhook_denies_a_topology_with_the_hostname_above_a_rack(hook):
-    msg = await deny_message(hook, topology_review(HOST, RACK))
-    assert msg == ('Topology.kueue.x-k8s.io "default" is invalid: spec.levels: Invalid value: "array": the '
-                   'kubernetes.io/hostname label can only be used at the lowest level of topology')
-    assert (await hook.review(VALIDATE_KUEUE, topology_review(RACK, HOST)))["allowed"] is True
