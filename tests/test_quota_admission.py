@@ -90,7 +90,7 @@ def test_an_unchanged_queue_object_does_not_re_evaluate_the_pending_workloads(mo
     run.run([Submit(queue=0, copies=1), Submit(queue=0, cpu=2, copies=1)])  # one admitted, one waits
     judged = []
     real = fa.FlavorAssigner.assign
-    monkeypatch.setattr(fa.FlavorAssigner, "assign", lambda self, wl: judged.append(wl.key) or real(self, wl))
+    monkeypatch.setattr(fa.FlavorAssigner, "assign", lambda self, wl, *rest: judged.append(wl.key) or real(self, wl, *rest))
     engine = run.engine
     engine.set_cluster_queue(cluster_queue_spec(run.queues["cq-0"], "None"))
     for lq in list(engine.state.local_queues.values()):

@@ -54,6 +54,10 @@ CASES = [
     ("ResourceFlavor",
      "---\n".join([FLAVOR.replace("metadata: {name: default}", "metadata: {name: default}\nspec: {nodeLabel: {a: b}}")] + BASE[1:]),
      "document 1 (ResourceFlavor default): spec.nodeLabel: unknown field (did you mean nodeLabels?)"),
+    ("Topology",
+     "---\n".join(["apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: t}\n"
+                   "spec: {levels: [{nodeLabels: kubernetes.io/hostname}]}\n"] + BASE),
+     "document 1 (Topology t): spec.levels[0].nodeLabels: unknown field (did you mean nodeLabel?)"),
     ("ClusterQueue", scenario_with("", ("  resourceGroups:", "  resourceGroup:")),
      "document 2 (ClusterQueue cq): spec.resourceGroup: unknown field (did you mean resourceGroups?)"),
     ("ClusterQueue-nested", scenario_with("", ("nominalQuota: 4", "nominalQuote: 4")),
@@ -191,7 +195,7 @@ KUEUE_KINDS = sorted(k for k, (versions, _) in KINDS.items() if versions[0].star
 
 def test_every_kueue_kind_the_simulator_reads_is_an_installed_crd():
     assert set(KUEUE_KINDS) <= set(CRDS)
-    assert len(KUEUE_KINDS) == 5
+    assert len(KUEUE_KINDS) == 6
 
 
 @pytest.mark.parametrize("kind", KUEUE_KINDS)

@@ -476,3 +476,21 @@ async def test_server_certificate_verifies_against_ca_only(hook, tmp_path):
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             async with s.get(hook.base + "/healthz"):
                 pass
+
+
+# -- a Topology (its checks: tests/test_webhook_topology.py) ---------------------------------
+
+def topology_review(*labels: str) -> dict:
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "default"},
+           "spec": {"levels": [{"nodeLabel": lv} for lv in labels]}}
+    doc = cq_review(lambda o: (o.clear(), o.update(obj)), kind="Topology", resource="topologies")
+    doc["request"]["name"] = "default"
+    return doc
+
+
+async def test_the_webhook_denies_a_topology_with_the_hostname_above_a_rack(hook):
+    host, rack = "kubernetes.io/hostname", "cloud.provider.com/topology-rack"
+    msg = await deny_message(hook, topology_review(host, rack))
+    assert msg == ('Topology.kueue.x-k8s.io "default" is invalid: spec.levels: Invalid value: "array": the '
+                   'kubernetes.io/hostname label can only be used at the lowest level of topology')
+    assert (await hook.review(VALIDATE_KUEUE, topology_review(rack, host)))["allowed"] is True

@@ -23,8 +23,9 @@ from gpuqueue.webhook.fielderrors import (
     unsupported,
 )
 from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector
+from gpuqueue.webhook.topology_validation import validate_flavor_topology, validate_topology
 
-KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass")
+KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass", "Topology")
 
 MAX_RESOURCE_GROUPS = 16
 # Per-group limits differ by API version (v1beta1: 16, v1beta2: 64); totals are v1beta2's.
@@ -309,8 +310,9 @@ def validate_local_queue(obj: Mapping[str, Any], old: Mapping[str, Any] | None, 
     _fair_sharing(spec, "spec", errs)
 
 
-def validate_resource_flavor(obj: Mapping[str, Any], errs: Errors) -> None:
+def validate_resource_flavor(obj: Mapping[str, Any], errs: Errors, old: Mapping[str, Any] | None = None) -> None:
     spec = _mapping(obj.get("spec"), "spec", errs)
+    validate_flavor_topology(spec, old if isinstance(old, Mapping) else None, errs)
     labels = _mapping(spec.get("nodeLabels"), "spec.nodeLabels", errs)
     if len(labels) > MAX_FLAVOR_NODE_ITEMS:
         errs.append(too_many("spec.nodeLabels", len(labels), MAX_FLAVOR_NODE_ITEMS))
@@ -380,8 +382,9 @@ def validate_kueue_object(kind: str, obj: Any, old: Any = None, cohorts: CohortV
         "ClusterQueue": lambda: validate_cluster_queue(obj, errs),
         "Cohort": lambda: validate_cohort(obj, cohorts, errs),
         "LocalQueue": lambda: validate_local_queue(obj, old, errs),
-        "ResourceFlavor": lambda: validate_resource_flavor(obj, errs),
+        "ResourceFlavor": lambda: validate_resource_flavor(obj, errs, old),
         "WorkloadPriorityClass": lambda: validate_workload_priority_class(obj, errs),
+        "Topology": lambda: validate_topology(obj, old if isinstance(old, Mapping) else None, errs),
     }
     check = checks.get(kind)
     if check is None:

@@ -1,8 +1,9 @@
 """`gpuqueue explain NAMESPACE/JOB`: why a Job is pending, from what the API holds: its
 ClusterQueue, its place in the queue (as the visibility API, visibility.py, gives it: the same
 numbers as `kubectl get --raw .../pendingworkloads`), Kueue's message, which admitted Workloads
-would have to finish for it to fit, and why the extender holds back each of its pods still waiting
-for a node (the reason kube-scheduler shows on the pod)."""
+would have to finish for it to fit, what it asks of the topology and the domains it was given
+(explain_tas.py), and why the extender holds back each of its pods still waiting for a node (the
+reason kube-scheduler shows on the pod)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.explain_tas import topology_lines
 from gpuqueue.extender.controller.pods_ready import explain_lines as pods_ready_lines
 from gpuqueue.extender.controller.owned_workloads import owner_uids
 from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
@@ -95,7 +97,7 @@ def explain(job: dict, wl: dict | None, workloads: list[dict], local_queues: dic
                             unqueued or NotQueuedContext(None))
         if why is not None:
             text = f"{job['metadata']['namespace']}/{job['metadata']['name']}: no Workload: {why}"
-    lines = pods_ready_lines(wl, W.parse_time, _rfc3339) if wl is not None else []
+    lines = topology_lines(wl) + pods_ready_lines(wl, W.parse_time, _rfc3339) if wl is not None else []
     lines += pending_pods(job, workloads, cluster_queues, pods or [], enforcement)
     return "\n".join([text, *lines]), code
 

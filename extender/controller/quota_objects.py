@@ -15,6 +15,7 @@ from gpuqueue.extender.controller import kinds as K
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.engine import QuotaEngine
+from gpuqueue.extender.quota.tas.flavors import TopologyFlavors
 from gpuqueue.jobframework.managed import StaticQueueView
 
 log = logging.getLogger("gpuqueue.controller")
@@ -39,9 +40,8 @@ class QuotaObjects:
         self.status_changed = status_changed
         self.mark_dirty = mark_dirty
         self.priority_class_changed = priority_class_changed
-        # TAS: each Topology's levels, and the flavors (objects) that name one, re-read when it changes
-        self.topologies: dict[str, tuple[str, ...]] = {}
-        self._tas_flavors: dict[str, dict] = {}
+        # TAS: each Topology's levels, and the flavors that name one, re-read when it changes
+        self.tas = TopologyFlavors()
 
     def watch(self, informers: Mapping[str, Informer]) -> None:
         informers["namespaces"].add_handler(on_add=self.on_namespace, on_update=lambda old, new: self.on_namespace(new),
@@ -82,12 +82,7 @@ class QuotaObjects:
             elif kind == "Topology":
                 self._set_topology(engine, obj["metadata"]["name"], kueue.Topology.model_validate(obj).level_keys())
             elif kind == "ResourceFlavor":
-                flavor = kueue.ResourceFlavor.model_validate(obj)
-                if flavor.spec.topology_name:
-                    self._tas_flavors[obj["metadata"]["name"]] = obj
-                else:
-                    self._tas_flavors.pop(obj["metadata"]["name"], None)
-                engine.set_flavor(convert.flavor_spec(flavor, self.topologies))
+                engine.set_flavor(self.tas.flavor(kueue.ResourceFlavor.model_validate(obj)))
             elif kind == "Cohort":
                 engine.set_cohort(convert.cohort_spec(kueue.Cohort.model_validate(obj)))
             elif kind == "ClusterQueue":
@@ -100,13 +95,8 @@ class QuotaObjects:
             log.warning("ignoring %s %s: %s", kind, object_key(obj), exc)
 
     def _set_topology(self, engine: QuotaEngine, name: str, levels: tuple[str, ...] | None) -> None:
-        if levels is None:
-            self.topologies.pop(name, None)
-        else:
-            self.topologies[name] = levels
-        for flavor in self._tas_flavors.values():
-            if flavor["spec"].get("topologyName") == name:
-                engine.set_flavor(convert.flavor_spec(kueue.ResourceFlavor.model_validate(flavor), self.topologies))
+        for spec in self.tas.topology(name, levels):
+            engine.set_flavor(spec)
 
     def _on_object(self, kind: str, obj: dict) -> None:
         self._apply(self.engine(), kind, obj)
@@ -137,7 +127,7 @@ class QuotaObjects:
             self.priorities.workload_classes.pop(name, None)
         elif (e := self.engine()) is not None:
             if kind == "ResourceFlavor":
-                self._tas_flavors.pop(name, None)
+                self.tas.remove_flavor(name)
             {"ResourceFlavor": lambda: e.remove_flavor(name),
              "Topology": lambda: self._set_topology(e, name, None), "Cohort": lambda: e.remove_cohort(name),
              "ClusterQueue": lambda: e.remove_cluster_queue(name),

@@ -4,17 +4,21 @@ and placement count the same pods - bound ones and the ones the extender just po
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Protocol
 
 from gpuqueue.api.scheduling import UNSCHEDULABLE_TAINT
+from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 from gpuqueue.extender.quota.model import FlavorSpec, WorkloadSpec
 from gpuqueue.extender.quota.tas.snapshot import PODS, NodeCapacity
-from gpuqueue.extender.scheduler.view import ClusterView
+
+
+class HasNodes(Protocol):
+    nodes: NodeCache  # the extender's ClusterView; the simulator's NodePlacer
 
 
 class NodeCapacities:
-    def __init__(self, view: ClusterView) -> None:
+    def __init__(self, view: HasNodes) -> None:
         self.view = view
 
     def nodes(self, flavor: FlavorSpec) -> list[NodeCapacity]:

@@ -5,6 +5,7 @@ Used by ``gpuqueue simulate`` for the ``nodes`` of an admission."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.placement.filter import filter_nodes, summarize
@@ -25,18 +26,24 @@ class Placement:
         return self.message is not None
 
 
-def place(pod: PodRequest, count: int, cache: NodeCache, *, all_or_nothing: bool = True) -> Placement:
+def place(pod: PodRequest, count: int, cache: NodeCache, *, all_or_nothing: bool = True,
+          refuse: Callable[[str, list[str]], Mapping[str, str]] | None = None) -> Placement:
     """Bind ``count`` copies of ``pod`` (uids ``<pod.uid>-<i>``) in the cache.
 
-    If one does not fit, the result carries kube-scheduler's style of message and the
-    per-node reasons; with ``all_or_nothing`` (the default) the pods placed before it are
-    released again so the cache is as it was."""
+    ``refuse(uid, passed)``: which of the nodes that pass the filter the extender refuses besides,
+    with why (a pod set's topology assignment). If one does not fit, the result carries
+    kube-scheduler's style of message and the per-node reasons; with ``all_or_nothing`` (the
+    default) the pods placed before it are released again so the cache is as it was."""
     out = Placement()
     candidates = cache.node_names()
     for i in range(count):
         uid = f"{pod.uid}-{i}"
         one = PodRequest(uid, pod.gpus, pod.requests, pod.tolerations, pod.flavor, pod.job_key)
         result = filter_nodes(one, candidates, cache)
+        if refuse is not None:
+            refused = refuse(uid, result.passed)
+            result.passed = [n for n in result.passed if n not in refused]
+            result.unresolvable.update(refused)
         node = best(rank_nodes(one, result.passed, cache))
         if node is None:
             out.message = summarize(len(candidates), result.reasons())

@@ -56,4 +56,7 @@ DEACTIVATED_MESSAGE = "The workload is deactivated"
 REACTIVATED = "Reactivated"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"  # waitForPodsReady's eviction: requeued after a backoff
 REACTIVATED_MESSAGE = "The workload was reactivated"
-NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor"})
+# TAS: the quota would do, but no domain of the flavor's nodes holds the pods (Kueue's
+# TopologyPlacementFailed, KEP-10852's tiered reasons)
+TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
+NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor", TOPOLOGY_PLACEMENT_FAILED})

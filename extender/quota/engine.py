@@ -497,13 +497,16 @@ class QuotaEngine:
         cached = self._assignments.get(id(g))
         if cached is not None and cached[0] == version and cached[2] is g:
             return cached[1]
+        a = self._assign(g)
+        self._assignments[id(g)] = (version, a, g)
+        return a
+
+    def _assign(self, g: PendingGroup, start: dict[tuple[str, str], int] | None = None) -> fa.Assignment:
         state = self.state
         assigner = fa.FlavorAssigner(
             state.cq_specs[g.cq], state.cq_nodes[g.cq], state.flavors, self.preemptor.simulate, self.fair_sharing is not None
         )
-        a = assigner.assign(g.members[0].spec)
-        self._assignments[id(g)] = (version, a, g)
-        return a
+        return assigner.assign(g.members[0].spec, start)
 
     def _entry_order(self, e: _Entry) -> tuple:
         if self.fair_sharing is not None:
@@ -540,16 +543,25 @@ class QuotaEngine:
             self._give_up(g, d.NAMESPACE_MISMATCH, "Inadmissible", out)
             return
         a = self._assignment(g)
-        mode = a.mode
         topology: dict = {}
-        if mode in (fa.FIT, fa.PREEMPT):
+        searched: set[tuple] = set()
+        while a.mode in (fa.FIT, fa.PREEMPT):
             # The nodes are asked only once the quota would allow it (Kueue: quota first). Room a
             # preemption would free on the nodes is not counted: no victim is evicted for a
             # placement that may still not exist.
             topology, unplaced = self._placement(p.spec, a)
-            if unplaced is not None:
-                self._give_up(g, unplaced, "WaitingForQuota", out)
+            if unplaced is None:
+                break
+            # Kueue's next scheduling cycle resumes the flavor search after the flavors it stopped
+            # at (LastTriedFlavorIdx), at once while some are left (PendingFlavors): done here in
+            # one go. Past the last flavor it waits, and starts again from the first.
+            stopped = tuple(sorted(a.tried.items()))
+            if not a.pending_flavors() or stopped in searched:
+                self._give_up(g, unplaced, d.TOPOLOGY_PLACEMENT_FAILED, out)
                 return
+            searched.add(stopped)
+            a = self._assign(g, {k: i + 1 for k, i in a.tried.items()})
+        mode = a.mode
         if mode == fa.FIT:
             self._admit(g, a, now, out, (), topology)
             return

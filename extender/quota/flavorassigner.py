@@ -4,6 +4,10 @@ For each resource group the workload touches, the ClusterQueue's flavors are tri
 order; a flavor is judged for every covered resource the workload requests (fit, fit
 after preemption, no fit) and `flavorFungibility` says whether to stop at it or try the
 next. The reasons a flavor was passed over make Kueue's pending message.
+
+A search may start past the flavors an earlier attempt stopped at (``start``, Kueue's
+LastTriedFlavorIdx): the engine does so when the chosen flavors' nodes do not hold the pods
+(TAS), as Kueue's next scheduling cycle does.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gpuqueue.extender.quota.model import ClusterQueueSpec, FlavorResource, FlavorSpec, PodSetSpec, WorkloadSpec
+from gpuqueue.extender.quota.tas.request import TopologyRequest
 from gpuqueue.extender.quota.tree import QuotaNode
 from gpuqueue.api.scheduling import untolerated_taint
 from gpuqueue.api.quantity import format_engine_int
@@ -48,6 +53,13 @@ class Assignment:
     pod_sets: list[PodSetAssignment]
     usage: dict[FlavorResource, int]
     borrow_level: int = 0
+    # (pod set, resource) -> index in its resource group of the flavor the search stopped at,
+    # -1 when that was the group's last (Kueue's LastTriedFlavorIdx)
+    tried: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def pending_flavors(self) -> bool:
+        """Are there flavors after those this search stopped at (Kueue's PendingFlavors)?"""
+        return any(i != -1 for i in self.tried.values())
 
     @property
     def mode(self) -> int:
@@ -158,6 +170,32 @@ def _requirement_matches(req: tuple[str, str, tuple[str, ...]], labels: dict[str
     return False
 
 
+def tas_mismatch(ps: PodSetSpec, flavor: FlavorSpec, rg_resources: tuple[str, ...], tas_only: bool) -> str | None:
+    """Why a pod set and a flavor do not go together for Topology Aware Scheduling (Kueue's
+    checkPodSetAndFlavorMatchForTAS): a pod set that asks for a topology needs a TAS flavor with
+    the levels it names; one that asks for none is kept off TAS flavors, unless every flavor of the
+    ClusterQueue is one (then it is placed as unconstrained)."""
+    name = flavor.name
+    if ps.topology is None:
+        if flavor.topology_name is not None and not tas_only:
+            return f'Flavor "{name}" supports only TopologyAwareScheduling'
+        return None
+    if flavor.topology_name is None:
+        if not any(r in ps.per_pod for r in rg_resources):
+            return None  # provides only resources the TAS flavor does not
+        return f'Flavor "{name}" does not support TopologyAwareScheduling'
+    if flavor.topology_levels is None:
+        return f'Flavor "{name}" information missing in TAS cache'
+    if not _has_levels(ps.topology, flavor.topology_levels):
+        return f'Flavor "{name}" does not contain the requested level'
+    return None
+
+
+def _has_levels(req: TopologyRequest, levels: tuple[str, ...]) -> bool:
+    asked = [lv for lv in (req.required, req.preferred, req.slice_level) if lv is not None]
+    return all(lv in levels for lv in asked)
+
+
 class FlavorAssigner:
     def __init__(
         self,
@@ -172,8 +210,10 @@ class FlavorAssigner:
         self.flavors = flavors
         self.oracle = oracle
         self.fair_sharing = fair_sharing
+        self._tas_only: bool | None = None  # read when first needed
 
-    def assign(self, wl: WorkloadSpec) -> Assignment:
+    def assign(self, wl: WorkloadSpec, start: dict[tuple[str, str], int] | None = None) -> Assignment:
+        """``start``: per (pod set, resource), the index of the first flavor of its group to try."""
         assignment = Assignment(pod_sets=[], usage={})
         for ps in wl.pod_sets:
             psa = PodSetAssignment(name=ps.name, count=ps.count)
@@ -192,7 +232,11 @@ class FlavorAssigner:
                     psa.flavors.clear()
                     psa.modes.clear()
                     break
-                chosen, modes, reasons, borrow, failed = self._find_flavor(wl, ps, requests, res, assignment.usage)
+                first = (start or {}).get((ps.name, res), 0)
+                chosen, modes, reasons, borrow, failed, tried = self._find_flavor(wl, ps, requests, res,
+                                                                                  assignment.usage, first)
+                for r in chosen:
+                    assignment.tried[(ps.name, r)] = tried
                 if failed:
                     psa.reasons = reasons
                     psa.failed = True
@@ -211,10 +255,22 @@ class FlavorAssigner:
                 psa.usage[res] = requests[res]
         return assignment
 
-    def _check_flavor(self, flavor_name: str, ps: PodSetSpec) -> str | None:
+    @property
+    def tas_only(self) -> bool:
+        """Every flavor of the ClusterQueue a TAS flavor: a pod set that asks no topology is placed
+        as unconstrained (Kueue's IsTASOnly)."""
+        if self._tas_only is None:
+            self._tas_only = all(f in self.flavors and self.flavors[f].topology_name is not None
+                                 for rg in self.cq.resource_groups for f in rg.flavors)
+        return self._tas_only
+
+    def _check_flavor(self, flavor_name: str, ps: PodSetSpec, rg_resources: tuple[str, ...] = ()) -> str | None:
         flavor = self.flavors.get(flavor_name)
         if flavor is None:
             return f"flavor {flavor_name} not found"
+        mismatch = tas_mismatch(ps, flavor, rg_resources, flavor.topology_name is not None and self.tas_only)
+        if mismatch is not None:
+            return mismatch
         taint = untolerated_taint(list(flavor.node_taints), list(ps.tolerations) + list(flavor.tolerations))
         if taint is not None:
             return f"untolerated taint {taint} in flavor {flavor_name}"
@@ -229,8 +285,10 @@ class FlavorAssigner:
         requests: dict[str, int],
         res: str,
         assumed: dict[FlavorResource, int],
-    ) -> tuple[dict[str, str], dict[str, int], list[str], int, bool]:
-        """(flavors, modes, reasons, borrowing level, failed) for the resource group of `res`."""
+        first: int = 0,
+    ) -> tuple[dict[str, str], dict[str, int], list[str], int, bool, int]:
+        """(flavors, modes, reasons, borrowing level, failed, the index the search stopped at or -1
+        for the group's last) for the resource group of `res`, trying its flavors from `first`."""
         rg = self.cq.group_for(res)
         assert rg is not None
         group_requests = {r: v for r, v in requests.items() if r in rg.covered_resources}
@@ -238,8 +296,11 @@ class FlavorAssigner:
         best: dict[str, str] = {}
         best_modes: dict[str, int] = {}
         best_mode = (P_NO_FIT, 1 << 30)
-        for flavor_name in rg.flavors:
-            problem = self._check_flavor(flavor_name, ps)
+        attempted = -1
+        for idx in range(first, len(rg.flavors)):
+            flavor_name = rg.flavors[idx]
+            attempted = idx
+            problem = self._check_flavor(flavor_name, ps, rg.covered_resources)
             if problem is not None:
                 reasons.append(problem)
                 continue
@@ -262,11 +323,12 @@ class FlavorAssigner:
                 break
             if _preferred(representative, best_mode):
                 best, best_modes, best_mode = chosen, modes, representative
+        tried = -1 if attempted == len(rg.flavors) - 1 else attempted
         if best_mode[0] == P_NO_FIT or not best:
-            return {}, {}, reasons, 0, True
+            return {}, {}, reasons, 0, True, tried
         if best_mode[0] == P_FIT:
-            return best, best_modes, [], best_mode[1], False
-        return best, best_modes, reasons, best_mode[1], False
+            return best, best_modes, [], best_mode[1], False, tried
+        return best, best_modes, reasons, best_mode[1], False, tried
 
     def _fits_quota(self, wl: WorkloadSpec, fr: FlavorResource, assumed: int, request: int) -> tuple[int, int, list[str]]:
         node = self.node

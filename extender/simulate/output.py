@@ -55,6 +55,7 @@ class TextReport:
         lines = [f"t={_fmt_time(step.time)}"]
         for ev in step.events:
             lines.append("  " + _event_line(ev))
+            lines.extend("               " + ln for ln in _topology_lines(ev))
         lines.extend("  " + ln for ln in self.picture())
         return "\n".join(lines) + "\n\n"
 
@@ -105,6 +106,16 @@ class TextReport:
 
 def _fmt_time(t: float) -> str:
     return f"{t:g}s"
+
+
+def _topology_lines(ev: dict[str, Any]) -> list[str]:
+    """Under an admission to a TAS flavor: each pod set's topology assignment, its domains (their
+    values at the assignment's levels, joined by /) with their pod counts."""
+    out = []
+    for ps, ta in (ev.get("topologyAssignment") or {}).items():
+        domains = ", ".join(f"{'/'.join(d['values'])}×{d['count']}" for d in ta["domains"])
+        out.append(f"topology of {ps} ({', '.join(ta['levels'])}): {domains}")
+    return out
 
 
 def _event_line(ev: dict[str, Any]) -> str:

@@ -14,11 +14,14 @@ from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.placement.model import GPU_RESOURCE
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import WorkloadSpec
+from gpuqueue.extender.quota.tas.flavors import TopologyFlavors
+from gpuqueue.extender.controller.tas_nodes import NodeCapacities
 from gpuqueue.extender.simulate import kinds as K
 from gpuqueue.extender.simulate.kinds import KindObject
 from gpuqueue.extender.simulate.placement import NodePlacer
 from gpuqueue.extender.simulate.scenario import Event, Scenario, job_runtime, timeline
 from gpuqueue.api import core, kueue
+from gpuqueue.api.topology import TopologyAssignment
 from gpuqueue.jobframework.kinds import pods as P
 from gpuqueue.jobframework.managed import DEFAULT_PRIORITY_CLASS_ANNOTATION, ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.mutation import mutate_job
@@ -61,7 +64,13 @@ class Simulation:
         self.runtimes: dict[tuple[str, str], dict] = {}  # Trainer runtimes by (kind, namespace/name or name)
         self.objects: dict[str, list[str]] = {}  # a submitted object's key -> the keys of its Workloads
         self.groups: dict[str, dict[str, dict]] = {}  # a pod group gathering: "ns/group" -> pod key -> pod
-        self.placer = NodePlacer() if scenario.has_nodes else None
+        # The nodes: where admitted pods go (only when the scenario gives Nodes), and what admission
+        # to TAS and placement-aware flavors reads (also with a Topology and no Nodes: nothing fits)
+        self.placer = NodePlacer() if scenario.has_nodes or scenario.has_topologies else None
+        self.places_pods = scenario.has_nodes
+        if self.placer is not None:
+            self.engine.nodes = NodeCapacities(self.placer)
+        self.tas = TopologyFlavors()
         self.jobs: dict[str, JobRecord] = {}
         self.cq_order: list[str] = []
         self.flavor_order: list[str] = []
@@ -85,9 +94,12 @@ class Simulation:
         if not isinstance(obj, core.Job):
             self._all_touched = True
         if isinstance(obj, kueue.ResourceFlavor):
-            e.set_flavor(convert.flavor_spec(obj))
+            e.set_flavor(self.tas.flavor(obj))
             if obj.metadata.name not in self.flavor_order:
                 self.flavor_order.append(obj.metadata.name)
+        elif isinstance(obj, kueue.Topology):
+            for spec in self.tas.topology(obj.metadata.name, obj.level_keys()):
+                e.set_flavor(spec)
         elif isinstance(obj, kueue.Cohort):
             e.set_cohort(convert.cohort_spec(obj))
         elif isinstance(obj, kueue.ClusterQueue):
@@ -115,6 +127,7 @@ class Simulation:
         elif isinstance(obj, core.Node):
             assert self.placer is not None
             self.placer.set_node(obj)
+            e.capacity_changed()
         elif isinstance(obj, core.Job):
             return self.submit(obj)
         return []
@@ -128,7 +141,11 @@ class Simulation:
             return self.remove_job(f"{namespace}/{name}", "Deleted")
         self._all_touched = True
         if kind == "ResourceFlavor":
+            self.tas.remove_flavor(name)
             e.remove_flavor(name)
+        elif kind == "Topology":
+            for spec in self.tas.topology(name, None):
+                e.set_flavor(spec)
         elif kind == "Cohort":
             e.remove_cohort(name)
         elif kind == "ClusterQueue":
@@ -145,6 +162,7 @@ class Simulation:
             self.queue_view.namespaces.pop(name, None)
         elif kind == "Node" and self.placer is not None:
             self.placer.remove_node(name)
+            e.capacity_changed()
         return []
 
     # -- jobs -------------------------------------------------------------------------------------
@@ -388,8 +406,10 @@ class Simulation:
         if len(dec.admission.flavors) > 1:
             ev["podSets"] = {ps: {"count": dec.admission.counts.get(ps, 1), "flavors": dict(sorted(f.items()))}
                              for ps, f in sorted(dec.admission.flavors.items())}
+        if dec.admission.topology:
+            ev["topologyAssignment"] = {ps: topology_assignment(ta) for ps, ta in sorted(dec.admission.topology.items())}
         out = [ev]
-        if self.placer is not None:
+        if self.placer is not None and self.places_pods:
             placed = self.placer.place(dec.key, self.engine, dec.admission)
             if placed.nodes is not None:
                 ev["nodes"] = placed.nodes
@@ -466,6 +486,12 @@ def admitted_flavors(by_pod_set: dict[str, dict[str, str]]) -> dict[str, str]:
         for res, flavor in flavors.items():
             out.setdefault(res, set()).add(flavor)
     return {res: ",".join(sorted(fs)) for res, fs in sorted(out.items())}
+
+
+def topology_assignment(ta: TopologyAssignment) -> dict[str, Any]:
+    """A pod set's topology assignment as Kueue's v1beta1 Workload writes it: the levels, and each
+    domain's values at those levels with its pod count."""
+    return {"levels": list(ta.levels), "domains": [{"values": list(v), "count": c} for v, c in ta.domains]}
 
 
 def format_usage(usage: dict[tuple[str, str], int]) -> dict[str, dict[str, str]]:

@@ -22,6 +22,7 @@ RUNTIME_ANNOTATION = "gpuqueue.io/runtime-seconds"
 # kind -> (accepted apiVersions, model)
 KINDS: dict[str, tuple[tuple[str, ...], type[BaseModel]]] = {
     "ResourceFlavor": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.ResourceFlavor),
+    "Topology": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1"), kueue.Topology),
     "Cohort": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1"), kueue.Cohort),
     "ClusterQueue": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.ClusterQueue),
     "LocalQueue": (("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"), kueue.LocalQueue),
@@ -125,8 +126,15 @@ class Scenario:
 
     @property
     def has_nodes(self) -> bool:
-        return any(isinstance(o, core.Node) for o in self.objects) or any(
-            e.action == "apply" and isinstance(e.obj, core.Node) for e in self.events
+        return self._defines(core.Node)
+
+    @property
+    def has_topologies(self) -> bool:
+        return self._defines(kueue.Topology)
+
+    def _defines(self, model: type) -> bool:
+        return any(isinstance(o, model) for o in self.objects) or any(
+            e.action == "apply" and isinstance(e.obj, model) for e in self.events
         )
 
 

@@ -18,8 +18,6 @@ from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec, Wor
 from gpuqueue.extender.quota.tas.request import IMPLIED
 from gpuqueue.extender.quota.tas.snapshot import NodeCapacity, Placed, PodSetToPlace, TopologySnapshot, fits, PODS
 
-NOT_TAS = 'Flavor "{}" does not support TopologyAwareScheduling'
-
 
 class NodeSource(Protocol):
     def nodes(self, flavor: FlavorSpec) -> Sequence[NodeCapacity]:
@@ -88,9 +86,8 @@ def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]],
     out: dict[str, TopologyAssignment] = {}
     for ps in wl.pod_sets:
         names = sorted(set(flavors_by_pod_set.get(ps.name, {}).values()))
+        # (a pod set that asks for a topology was given a TAS flavor: flavorassigner.tas_mismatch)
         placing = [flavor_specs[f] for f in names if f in flavor_specs and flavor_specs[f].needs_placement]
-        if ps.topology is not None and not any(f.topology_name for f in placing):
-            return {}, f"couldn't assign flavors to pod set {ps.name}: {NOT_TAS.format(names[0] if names else '')}"
         for spec in placing:
             free = frees.get(spec.name)
             if free is None:
