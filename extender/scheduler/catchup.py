@@ -13,7 +13,12 @@ Not yet (waited for):
 - the request's pod is a newer version than the cache's and the verdict refuses it (an
   ownerReference, a label, a group's ungating the cache has not seen);
 - the pod is refused because its Workload is missing or pending in a cache that may not hold
-  the admission yet (``ClusterView.workloads_behind``);
+  the admission yet (``ClusterView.workloads_behind``), unless a wait for that already timed
+  out and no Workload has changed since (``ClusterView.workloads_quiet``): a follower's
+  Workload watch brings nothing between bookmarks when no Workload is written, so without
+  that every refused pod version (a tenant's pods named for a queue, owned by a suspended Job
+  or by nothing that exists, updated at will) would hold kube-scheduler's cycle for the whole
+  wait. An admission is a Workload write, so its event ends the quiet;
 - a candidate node is missing from the node cache.
 
 Final at once: a pod the cache holds at the request's version or later, a uid naming another
@@ -30,6 +35,7 @@ from gpuqueue.extender.scheduler.ownership import membership
 from gpuqueue.extender.scheduler.view import ADMITTED, EVICTED, ClusterView, NotAdmitted, Retry, Verdict
 
 WAIT_SECONDS = 1.0  # at most, once per /filter: a second in kube-scheduler's cycle against minutes parked
+ADMISSION = "its Workload's admission"
 
 
 def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: FilterResult | None = None) -> str | None:
@@ -47,8 +53,8 @@ def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: Filter
         if member is None and pod.controller_uid is None and not pod.labels and not pod.annotations:
             return None  # a bare pod nothing queues: no Workload is coming (and it may not stall kube-scheduler)
         if (member is None or member.workload.state not in (ADMITTED, EVICTED)) \
-                and view.workloads_behind(meta.resource_version):
-            return "its Workload's admission"
+                and not view.workloads_quiet and view.workloads_behind(meta.resource_version):
+            return ADMISSION
         return None
     if result is not None and (result.failed or result.unresolvable):  # only refused names are looked at
         missing = next((n for n, why in result.reasons().items() if why == NOT_CACHED), None)
