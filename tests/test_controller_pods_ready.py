@@ -22,6 +22,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
@@ -205,6 +206,21 @@ async def test_a_job_whose_pods_become_ready_keeps_running_and_kueue_counts_its_
         exposition = w.ctl.metrics.registry.get_sample_value
         assert exposition("kueue_ready_wait_time_seconds_count", {"cluster_queue": "cq"}) == 1
         assert exposition("kueue_admitted_until_ready_wait_time_seconds_count", {"cluster_queue": "cq"}) == 1
+
+
+async def test_a_ready_job_evicted_is_timed_from_ready_to_evicted_with_kueues_labels():
+    """kueue_pods_ready_to_evicted_time_seconds{cluster_queue,reason,underlying_cause}: a Job that
+    ran ready, then deactivated by its owner (spec.active false)."""
+    cfg = WaitForPodsReady(timeout=30.0, backoff_base_seconds=1)
+    async with world(cfg) as (h, w):
+        await h.submit(job("done"))
+        await eventually(lambda: w.cond("done", "PodsReady").get("status") == "True", what="ready")
+        await h.edit(K.WORKLOADS, NS, w.wl("done")["metadata"]["name"], lambda wl: wl["spec"].update(active=False))
+        await eventually(lambda: w.cond("done", "Evicted").get("status") == "True", what="evicted")
+        reason = w.cond("done", "Evicted")["reason"]
+        sample = w.ctl.metrics.registry.get_sample_value
+        assert sample("kueue_pods_ready_to_evicted_time_seconds_count",
+                      {"cluster_queue": "cq", "reason": reason, "underlying_cause": ""}) == 1, reason
 
 
 async def test_a_job_that_loses_a_ready_pod_waits_for_recovery_then_times_out():
