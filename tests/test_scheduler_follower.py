@@ -29,15 +29,17 @@ from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.extender.scheduler.verbs import filter_verb
 from gpuqueue.extender.scheduler.view import PENDING
 from tests.controller_support import FAST, Harness, eventually
+from tests.test_invariants_pods import CI_SEEDS, Loop, loop_stats, run_history
 from tests.extender_support import extender_cert_dir, scheduler_context
 from tests.standin.schedqueue import VERSIONS
 from tests.standin.scheduler import Scheduler
 from tests.standin import resources as R
-from tests.test_scheduler_cache_lag import _pod, _request, _view, _workload
+from tests.test_scheduler_cache_lag import _pod, _request, _view, _workload, lag_watch
 from tests.test_scheduler_enforcement import OBJECTS, gpu_job, gpu_pod
 
 HOSTILE = 20
 QUEUE_LABEL = {"kueue.x-k8s.io/queue-name": "lq"}
+ELECTED = dataclasses.replace(FAST, leader_elect=True, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
 
 
 @dataclasses.dataclass
@@ -55,7 +57,7 @@ class Follower:
 
 @contextlib.asynccontextmanager
 async def follower_cluster(tmp_path, version: str):
-    opts = dataclasses.replace(FAST, leader_elect=True, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+    opts = ELECTED
     async with Harness() as h:
         for obj in OBJECTS:
             await h.apply(obj)
@@ -229,3 +231,74 @@ async def test_a_pod_the_cache_saw_deleted_is_answered_at_once():
     answer = filter_verb(_request(_pod("21")), view, wait=1.0)
     assert not asyncio.iscoroutine(answer)
     assert answer["Error"] == "gpuqueue: pod team-a/p-0 (uid pod-uid) was deleted"
+
+
+# -- the hostile histories, kube-scheduler asking a follower ----------------------------------------
+
+WORKLOAD_LAG = 0.3  # seconds each Workload event reaches the follower late (its pod events do not)
+_LAGS: list[asyncio.Task] = []
+
+
+class FollowerLoop(Loop):
+    """tests/test_invariants_pods.py's loop with two replicas: a leader that admits, and the
+    follower whose extender kube-scheduler asks, its Workload watch WORKLOAD_LAG behind its pod
+    watch (admissions reach it after the pods they let be made); a restart is the follower's."""
+
+    leader: Controller | None = None
+    started = 0
+
+    async def start_controller(self) -> None:
+        await self.h.namespace("gpuqueue-system")
+        if self.leader is None:
+            self.leader = await self.h.controller(ELECTED, identity="leader")
+            await eventually(lambda: self.leader.leader and self.leader.recovered, what="the leader leads")
+        self.started += 1
+        ctl = Controller(client.ApiClient(self.h.api.client_configuration()), ELECTED, identity=f"follower-{self.started}")
+        view = ControllerClusterView(ctl)
+        self.h.controllers.append(ctl)
+        await ctl.start()
+        self.ctl = ctl
+        await ctl.wait_synced()
+        assert not ctl.leader
+        _LAGS.append(lag_watch(ctl.informers["workloads"], WORKLOAD_LAG))
+        self.view = view
+        self.up.set()
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+async def test_the_hostile_histories_bind_what_was_admitted_through_a_follower(seed):
+    """A refusal on the grounds of an admitted Workload (its count, its per-pod requests) is waited
+    for too when the Workloads are behind the pod: a new admission for more pods may be on its way.
+    (Refused at once, kube-scheduler 1.24 parked such a pod until the five-minute flush.)"""
+    version = VERSIONS[(seed + 1) % 2]  # the other version than the leader's histories of the same seed
+    try:
+        invariant, liveness = await run_history(seed, version=version, loop_class=FollowerLoop)
+    finally:
+        for task in _LAGS:
+            task.cancel()
+        _LAGS.clear()
+    print(f"seed {seed} ({version}, follower, Workloads {WORKLOAD_LAG} s late): {len(liveness.waits)} pods owed a "
+          f"node, worst {liveness.worst:.2f} s to bind, {loop_stats(liveness)}")
+    assert invariant.violations == [], "\n".join(invariant.violations[:10])
+    assert liveness.waits, "no admitted pod was owed a node"
+    assert liveness.violations == [], "\n".join(liveness.violations[:10])
+
+
+async def test_a_pod_beyond_an_admitted_count_waits_for_a_new_admission_the_cache_lacks():
+    """Admitted for 1 pod (rv 20), one pod bound; the Job's parallelism raised and the Workload
+    admitted again for 2 (rv 24, not seen yet); the second pod (rv 25) waits for it, then is placed."""
+    view = _view()
+    view.upsert_workload(_workload("20", admitted=True))
+    running = _pod("21")
+    running["metadata"].update(name="p-1", uid="running-uid")
+    running["spec"]["nodeName"] = "n-1"
+    view.upsert_pod(running)
+    view.upsert_pod(_pod("25"))
+    pending = filter_verb(_request(_pod("25")), view, wait=1.0)
+    assert asyncio.iscoroutine(pending), pending
+    wider = _workload("24", admitted=True)
+    psa = wider["status"]["admission"]["podSetAssignments"][0]
+    psa.update(count=2, resourceUsage={"nvidia.com/gpu": "2"})
+    wider["spec"]["podSets"][0]["count"] = 2
+    asyncio.get_running_loop().call_later(0.1, view.upsert_workload, wider)
+    assert (await pending)["NodeNames"] == ["n-1"]
