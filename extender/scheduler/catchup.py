@@ -14,16 +14,16 @@ Not yet (waited for):
   ownerReference, a label, a group's ungating the cache has not seen);
 - the pod is refused because its Workload is missing, pending, or admitted for fewer or smaller
   pods in a cache that may not hold the (new) admission yet (``ClusterView.workloads_behind``),
-  unless a wait for that already timed
-  out and no Workload has changed since (``ClusterView.workloads_quiet``): a follower's
-  Workload watch brings nothing between bookmarks when no Workload is written, so without
-  that every refused pod version (a tenant's pods named for a queue, owned by a suspended Job
-  or by nothing that exists, updated at will) would hold kube-scheduler's cycle for the whole
-  wait. An admission is a Workload write, so its event ends the quiet;
+  unless a wait for that already timed out and no Workload has changed since
+  (``ClusterView.workloads_quiet``): a follower's Workload watch brings nothing between
+  bookmarks when no Workload is written, so without that every refused pod version (a tenant's
+  pods named for a queue, owned by a suspended Job or by nothing that exists, updated at will)
+  would hold kube-scheduler's cycle for the whole wait. An admission is a Workload write, so its
+  event ends the quiet;
 - a candidate node is missing from the node cache.
 
 Final at once: a pod the cache holds at the request's version or later, a uid naming another
-pod, a request without a uid.
+pod, a uid the pod cache saw deleted, a request without a uid.
 """
 
 from __future__ import annotations
