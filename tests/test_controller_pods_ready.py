@@ -8,7 +8,9 @@ extender's verbs, and its kubelet reporting them Ready - or, for the pods a test
 - a Job whose pods all become ready keeps running, PodsReady=True;
 - blockAdmission holds the next admission until the admitted Job's pods are ready;
 - a controller restarted while a Job waits finds its deadline and its backoff again, and evicts it
-  once.
+  once;
+- other kinds: a pod group, and a JobSet (its pods through child Jobs), judged by their pods'
+  readiness as a Job is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
+from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
@@ -207,6 +210,21 @@ async def test_a_job_whose_pods_become_ready_keeps_running_and_kueue_counts_its_
         assert exposition("kueue_admitted_until_ready_wait_time_seconds_count", {"cluster_queue": "cq"}) == 1
 
 
+async def test_a_ready_job_evicted_is_timed_from_ready_to_evicted_with_kueues_labels():
+    """kueue_pods_ready_to_evicted_time_seconds{cluster_queue,reason,underlying_cause}: a Job that
+    ran ready, then deactivated by its owner (spec.active false)."""
+    cfg = WaitForPodsReady(timeout=30.0, backoff_base_seconds=1)
+    async with world(cfg) as (h, w):
+        await h.submit(job("done"))
+        await eventually(lambda: w.cond("done", "PodsReady").get("status") == "True", what="ready")
+        await h.edit(K.WORKLOADS, NS, w.wl("done")["metadata"]["name"], lambda wl: wl["spec"].update(active=False))
+        await eventually(lambda: w.cond("done", "Evicted").get("status") == "True", what="evicted")
+        reason = w.cond("done", "Evicted")["reason"]
+        sample = w.ctl.metrics.registry.get_sample_value
+        assert sample("kueue_pods_ready_to_evicted_time_seconds_count",
+                      {"cluster_queue": "cq", "reason": reason, "underlying_cause": ""}) == 1, reason
+
+
 async def test_a_job_that_loses_a_ready_pod_waits_for_recovery_then_times_out():
     cfg = WaitForPodsReady(timeout=30.0, recovery_timeout=1.0, backoff_base_seconds=1)
     async with world(cfg) as (h, w):
@@ -382,3 +400,71 @@ async def test_turned_on_over_running_jobs_it_evicts_none_that_are_ready():
         await asyncio.sleep(0.5)
         assert w.cond("old", "Evicted").get("status") != "True"
         assert not h.job(NS, "old")["spec"]["suspend"]
+
+
+async def test_a_jobset_is_judged_by_its_pods_readiness_and_times_out_like_a_job():
+    """A kind whose pods come through child Jobs (JobSet's controller, then the job controller):
+    one JobSet whose pods all become ready keeps running; one with a worker that never does is
+    evicted `timeout` after its admission with Kueue's reason and message, suspended again, and
+    requeued with backoff."""
+    from gpuqueue.extender.controller.managed_kinds import kind_of
+    from gpuqueue.jobframework.names import workload_name
+    from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
+    from tests.kind_controllers import KindControllers
+    from tests.test_controller_kinds import CPU_NODES, GH200, quota_objects
+    from tests.workload_kinds import JOBSET
+
+    cfg = WaitForPodsReady(timeout=2.0, recovery_timeout=None, backoff_base_seconds=1)
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-0", "labels": CPU_NODES},
+              "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}},
+             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gh200-0", "labels": {
+                 **GH200, "topology.kubernetes.io/zone": "a"}},
+              "status": {"allocatable": {GPU: "16", "cpu": "64", "memory": "256Gi", "pods": "110"}}}]
+
+    never: set[str] = set()
+
+    def ready(pod: dict) -> bool:  # the first worker pod of JobSet "stuck" the kubelet runs never becomes ready
+        name = pod["metadata"]["name"]
+        if name.startswith("stuck-workers") and (not never or name in never):
+            never.add(name)
+            return False
+        return True
+
+    async with Harness() as h:
+        h.api.install_crds(*JOBSET.crds)
+        for obj in quota_objects(16) + nodes:
+            await h.apply(obj)
+        await h.controller(dataclasses.replace(FAST, pods_ready=cfg, integrations=IntegrationsConfig(
+            ("batch/job", "jobset.x-k8s.io/jobset"))))
+        scheduler = Scheduler(h.api.cluster, ready=ready)
+        scheduler.start()
+        try:
+            async with KindControllers(h.kube, [JOBSET]):
+                made = {}
+                for name in ("fine", "stuck"):
+                    obj = JOBSET.fresh()
+                    obj["metadata"]["name"] = name
+                    made[name] = await h.kube.create(kind_of(BY_KIND["JobSet"]), "team-a", obj)
+                wl = {n: workload_name("JobSet", "jobset.x-k8s.io", n, o["metadata"]["uid"]) for n, o in made.items()}
+
+                def cond(name: str, type_: str) -> dict:
+                    return W.condition(h.api.cluster.store.get(WORKLOADS_KEY, ("team-a", wl[name])) or {}, type_) or {}
+
+                await eventually(lambda: cond("fine", "PodsReady").get("reason") == "Started", timeout=10,
+                                 what="the ready JobSet started")
+                await eventually(lambda: cond("stuck", "Evicted").get("reason") == "PodsReadyTimeout", timeout=10,
+                                 what="the stuck JobSet timed out")
+                assert cond("stuck", "Evicted")["message"] == f"Exceeded the PodsReady timeout team-a/{wl['stuck']}"
+                stuck_wl = h.api.cluster.store.get(WORKLOADS_KEY, ("team-a", wl["stuck"]))
+                assert stuck_wl["status"]["requeueState"]["count"] == 1
+                await eventually(lambda: h.api.cluster.store.get(JOBSETS_KEY, ("team-a", "stuck"))["spec"]["suspend"],
+                                 what="the stuck JobSet suspended again")
+                assert cond("fine", "Evicted").get("status") != "True"
+                assert not h.api.cluster.store.get(JOBSETS_KEY, ("team-a", "fine"))["spec"]["suspend"]
+        finally:
+            await scheduler.stop()
+
+
+WORKLOADS_KEY = "workloads.kueue.x-k8s.io"
+JOBSETS_KEY = "jobsets.jobset.x-k8s.io"
+

@@ -173,15 +173,15 @@ async def _tenant_step(rng: random.Random, loop: Loop, jobs: list[tuple[str, str
 
 
 @contextlib.asynccontextmanager
-async def whole_loop(version: str = V1_24, cache_wait: float = WAIT_SECONDS):
+async def whole_loop(version: str = V1_24, cache_wait: float = WAIT_SECONDS, loop_class: type[Loop] = Loop):
     """`world()` applied, a leading controller, the stand-in scheduler asking its extender view,
     and the oracles on every write (safety, and liveness on the scheduler's clock); checked once
-    more at the end."""
+    more at the end. ``loop_class``: another replica set-up (a follower's extender)."""
     async with Harness() as h:
         invariant = PodInvariant(h.api.cluster)
         for obj in world():
             await h.apply(obj)
-        loop = Loop(h, version, cache_wait)
+        loop = loop_class(h, version, cache_wait)
         liveness = PodLiveness(h.api.cluster, loop.scheduler)
         await loop.start_controller()
         loop.scheduler.start()
@@ -193,10 +193,10 @@ async def whole_loop(version: str = V1_24, cache_wait: float = WAIT_SECONDS):
         liveness.check("at the end")
 
 
-async def run_history(seed: int, steps: int = 14, version: str = V1_24,
-                      cache_wait: float = WAIT_SECONDS) -> tuple[PodInvariant, PodLiveness]:
+async def run_history(seed: int, steps: int = 14, version: str = V1_24, cache_wait: float = WAIT_SECONDS,
+                      loop_class: type[Loop] = Loop) -> tuple[PodInvariant, PodLiveness]:
     rng = random.Random(seed)
-    async with whole_loop(version, cache_wait) as (h, loop, invariant, liveness):
+    async with whole_loop(version, cache_wait, loop_class) as (h, loop, invariant, liveness):
         # one Job within team-a's guarantee first, so that every history runs GPU pods
         await h.submit(job("team-a", "first", 1, 2, 1))
         jobs: list[tuple[str, str]] = [("team-a", "first")]

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
+from gpuqueue.extender.quota import decisions as d
 
 LQ = ["name", "namespace"]
 
@@ -26,9 +27,10 @@ class PodsReadyMetrics:
                                               registry=registry)
         self.ready_to_evicted_time = Histogram("kueue_pods_ready_to_evicted_time_seconds",
                                                "The number of seconds between a workload's start, based on the "
-                                               "PodsReady condition, and its eviction, per 'cluster_queue' and "
-                                               "'reason'", ["cluster_queue", "reason"], buckets=KUEUE_WAIT_BUCKETS,
-                                               registry=registry)
+                                               "PodsReady condition, and its eviction, per 'cluster_queue', "
+                                               "'reason' and 'underlying_cause'",
+                                               ["cluster_queue", "reason", "underlying_cause"],
+                                               buckets=KUEUE_WAIT_BUCKETS, registry=registry)
         if local_queue_metrics:
             self.lq_ready_wait = Histogram("kueue_local_queue_ready_wait_time_seconds",
                                            "The time between a workload was created or requeued until ready, per "
@@ -53,5 +55,10 @@ class PodsReadyMetrics:
             self.lq_ready_wait.labels(lq, namespace).observe(max(0.0, now - queued))
             self.lq_admitted_until_ready.labels(lq, namespace).observe(max(0.0, now - admitted))
 
-    def ready_to_evicted(self, cq: str, reason: str, seconds: float) -> None:
-        self.ready_to_evicted_time.labels(cq, reason).observe(seconds)
+    def ready_to_evicted(self, cq: str, evicted_reason: str, seconds: float) -> None:
+        """``evicted_reason``: the Evicted condition's; Kueue counts every deactivation as
+        Deactivated, its cause (DeactivatedDueTo<cause>) in underlying_cause."""
+        reason, cause = evicted_reason, ""
+        if evicted_reason.startswith(f"{d.DEACTIVATED}DueTo"):
+            reason, cause = d.DEACTIVATED, evicted_reason.removeprefix(f"{d.DEACTIVATED}DueTo")
+        self.ready_to_evicted_time.labels(cq, reason, cause).observe(seconds)

@@ -12,12 +12,18 @@ Not yet (waited for):
 - the pod's uid is not in the pod cache (``Retry.lagging``);
 - the request's pod is a newer version than the cache's and the verdict refuses it (an
   ownerReference, a label, a group's ungating the cache has not seen);
-- the pod is refused because its Workload is missing or pending in a cache that may not hold
-  the admission yet (``ClusterView.workloads_behind``);
+- the pod is refused because its Workload is missing, pending, or admitted for fewer or smaller
+  pods in a cache that may not hold the (new) admission yet (``ClusterView.workloads_behind``),
+  unless a wait for that already timed out and no Workload has changed since
+  (``ClusterView.workloads_quiet``): a follower's Workload watch brings nothing between
+  bookmarks when no Workload is written, so without that every refused pod version (a tenant's
+  pods named for a queue, owned by a suspended Job or by nothing that exists, updated at will)
+  would hold kube-scheduler's cycle for the whole wait. An admission is a Workload write, so its
+  event ends the quiet;
 - a candidate node is missing from the node cache.
 
 Final at once: a pod the cache holds at the request's version or later, a uid naming another
-pod, a request without a uid.
+pod, a uid the pod cache saw deleted, a request without a uid.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from gpuqueue.api.base import ObjectMeta
 from gpuqueue.extender.placement.filter import NOT_CACHED, FilterResult
 from gpuqueue.extender.scheduler.enforce import newer
 from gpuqueue.extender.scheduler.ownership import membership
-from gpuqueue.extender.scheduler.view import ADMITTED, EVICTED, ClusterView, NotAdmitted, Retry, Verdict
+from gpuqueue.extender.scheduler.view import ClusterView, NotAdmitted, Retry, Verdict
 
 WAIT_SECONDS = 1.0  # at most, once per /filter: a second in kube-scheduler's cycle against minutes parked
+ADMISSION = "its Workload's admission"
 
 
 def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: FilterResult | None = None) -> str | None:
@@ -43,12 +50,12 @@ def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: Filter
             return None
         if newer(meta.resource_version, pod.resource_version):
             return f"pod version {meta.resource_version}"
-        member = membership(view, pod)
-        if member is None and pod.controller_uid is None and not pod.labels and not pod.annotations:
+        if pod.controller_uid is None and not pod.labels and not pod.annotations and membership(view, pod) is None:
             return None  # a bare pod nothing queues: no Workload is coming (and it may not stall kube-scheduler)
-        if (member is None or member.workload.state not in (ADMITTED, EVICTED)) \
-                and view.workloads_behind(meta.resource_version):
-            return "its Workload's admission"
+        # pending or missing, or admitted for fewer pods or less than this one (a new admission,
+        # after the Job's parallelism changed, may be on its way)
+        if not view.workloads_quiet and view.workloads_behind(meta.resource_version):
+            return ADMISSION
         return None
     if result is not None and (result.failed or result.unresolvable):  # only refused names are looked at
         missing = next((n for n, why in result.reasons().items() if why == NOT_CACHED), None)

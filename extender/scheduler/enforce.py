@@ -79,6 +79,8 @@ def _unknown(view: ClusterView, meta: ObjectMeta, body_requested: Callable[[], f
     who = f"pod {namespace}/{meta.name or ''}"
     if not meta.uid:
         return Retry(f"gpuqueue: {who} has no uid")
+    if view.pod_deleted(meta.uid):  # kube-scheduler's own watch has not seen it go yet: nothing to wait for
+        return Retry(f"gpuqueue: {who} (uid {meta.uid}) was deleted")
     return Retry(f"gpuqueue: {who} (uid {meta.uid}) is not in gpuqueue's pod cache", lagging=True)
 
 

@@ -11,6 +11,7 @@ from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.extender.placement.cache import NodeCache
 from gpuqueue.extender.scheduler.view import ADMITTED, EVICTED, FINISHED, PENDING, CachedPod, Owner, WorkloadEntry
 
+DELETED_KEPT = 4096  # pods deleted lately, so that a request naming one is not taken for a cache behind it
 _QUOTA_FIRST = {ADMITTED: 0, EVICTED: 1, PENDING: 2, FINISHED: 3}  # which of an owner's Workloads counts
 
 
@@ -19,10 +20,13 @@ class ViewIndexes:
         self._nodes = nodes if nodes is not None else NodeCache()
         self._enforcement = enforcement or EnforcementConfig()
         self._pods: dict[str, CachedPod] = {}
+        self._deleted: dict[str, None] = {}  # the last DELETED_KEPT pods' uids the cache saw deleted, oldest first
         self._owners: dict[str, Owner] = {}
         self._workloads: dict[str, WorkloadEntry] = {}  # by namespace/name
         self._by_owner: dict[str, dict[str, WorkloadEntry]] = {}
         self._change: asyncio.Event | None = None  # set at the next change; only while a verb waits
+        self._workload_changes = 0  # Workloads taken in or dropped so far
+        self._quiet_at = -1  # the count when a wait for a Workload's admission last timed out
 
     def touched(self) -> None:
         """Something a verdict reads changed: wake the verbs waiting for the cache."""
@@ -42,6 +46,14 @@ class ViewIndexes:
     def workloads_behind(self, resource_version: str | None) -> bool:
         return False  # filled by hand: nothing lags
 
+    @property
+    def workloads_quiet(self) -> bool:
+        return self._quiet_at == self._workload_changes
+
+    def workloads_went_quiet(self) -> None:
+        self._quiet_at = self._workload_changes
+        self.touched()  # other waits for an admission end too
+
     # -- filling -------------------------------------------------------------------------------
     def put_pod(self, pod: CachedPod) -> CachedPod:
         self._pods[pod.uid] = pod
@@ -50,6 +62,10 @@ class ViewIndexes:
 
     def drop_pod(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        if uid:
+            self._deleted[uid] = None
+            if len(self._deleted) > DELETED_KEPT:
+                del self._deleted[next(iter(self._deleted))]
         self.touched()
 
     def put_owner(self, owner: Owner) -> Owner:
@@ -69,6 +85,7 @@ class ViewIndexes:
         return entry
 
     def drop_workload(self, key: str) -> None:
+        self._workload_changes += 1  # (put_workload's too)
         old = self._workloads.pop(key, None)
         if old is not None:
             for uid in {old.owner_uid, *old.members}:
@@ -88,6 +105,9 @@ class ViewIndexes:
 
     def pod(self, uid: str) -> CachedPod | None:
         return self._pods.get(uid)
+
+    def pod_deleted(self, uid: str) -> bool:
+        return uid in self._deleted
 
     def owner(self, uid: str) -> Owner | None:
         return self._owners.get(uid)

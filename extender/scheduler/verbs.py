@@ -20,7 +20,7 @@ from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import extender_scores
 from gpuqueue.extender.placement.topology import outside_assignment
-from gpuqueue.extender.scheduler.catchup import behind
+from gpuqueue.extender.scheduler.catchup import ADMISSION, behind
 from gpuqueue.extender.scheduler.enforce import judge, judge_request
 from gpuqueue.extender.scheduler.ownership import membership
 from gpuqueue.extender.scheduler.view import (Admitted, ClusterView, NotAdmitted, Retry, Unmanaged, Verdict,
@@ -210,6 +210,8 @@ async def _filter_when_caught_up(req: _Request, view: ClusterView, judged: _Judg
     if judged.behind is not None:
         log.info("filter: pod %s/%s: the caches did not take in %s within %g s", req.meta.namespace,
                  req.meta.name, judged.behind, wait)
+        if judged.behind == ADMISSION:
+            view.workloads_went_quiet()  # no admission is on its way: the next refused pods answer at once
         if isinstance(judged.verdict, Retry):
             judged = judged._replace(verdict=Retry(f"{judged.verdict.message} (waited {wait:g} s for it)"))
     return _filter_answer(req, view, judged)

@@ -189,6 +189,9 @@ class ClusterView(Protocol):
     def pod(self, uid: str) -> CachedPod | None:
         """A pod the cache knows."""
 
+    def pod_deleted(self, uid: str) -> bool:
+        """Whether the cache saw this pod deleted (lately: a bounded memory)."""
+
     def owner(self, uid: str) -> Owner | None:
         """An owner object the cache knows (Jobs)."""
 
@@ -209,3 +212,12 @@ class ClusterView(Protocol):
         """Whether the Workloads cache may not hold yet what was written before
         ``resource_version`` (a pod's, as a request states it): then a pending or missing
         Workload may only be the cache lagging."""
+
+    @property
+    def workloads_quiet(self) -> bool:
+        """Whether a wait for a Workload's admission timed out and the Workloads cache has taken
+        in no change since (``workloads_went_quiet``): then no admission is on its way."""
+
+    def workloads_went_quiet(self) -> None:
+        """A wait for a Workload's admission timed out: mark the Workloads cache quiet until its
+        next change, and wake the other waits."""

@@ -2,16 +2,24 @@
 runs on.
 
 A pod waits in one of three places (pkg/scheduler/internal/queue): active (tried next, oldest
-first), backoff (tried once its backoff is over: 1 s after the first failed attempt, doubling to
-10 s), or with the unschedulable pods, which come back only when a cluster event that could help
-them happens, or after five minutes there (the periodic flush). Which events help, and where an
-extender ``Error`` sends a pod, depend on the version (measured on real kube-schedulers:
+first), backoff (1 s after the end of its last failed attempt, doubling to 10 s), or with the
+unschedulable pods, which come back only when a cluster event that could help them happens, or
+after five minutes there. Both leave on kube-scheduler's periodic flushes, not at once: a pod whose
+backoff is over becomes active at the next of the flushes that run every second
+(flushBackoffQCompleted), a pod five minutes unschedulable at the next of those that run every 30 s
+(flushUnschedulablePodsLeftover), both ticking from the queue's start. Which events help, and where
+an extender ``Error`` sends a pod, depend on the version (measured on real kube-schedulers:
 shared/data/kube-scheduler-retries.md):
 
 - 1.24: an ``Error`` is parked with the unschedulable pods, like a pod no node fits; they move on a
-  Node added or changed or an assigned pod deleted, not on pods created or bound;
+  Node added or changed or an assigned pod deleted, not on pods created or bound; a pod's own
+  status update (kube-scheduler's PodScheduled=False) moves nothing;
 - current (1.36): an ``Error`` goes to backoff (retried whatever happens); the unschedulable pods
-  also move on a pod created, bound or deleted.
+  also move on a pod created, bound or deleted; a pod the extender refused (no plugin rejected it)
+  also moves on any update of its own, its status included (kube-scheduler's own PodScheduled=False
+  write, the first time it changes); and while no pod is active, a pod in backoff for being
+  unschedulable (not for an ``Error``) is tried at once (SchedulerPopFromBackoffQ, on by default
+  since 1.33). So an extender-refused pod is tried a second time right after its first attempt.
 
 A pod's own update (not its status) moves it too, in both. Moving a pod whose backoff is not over
 puts it in backoff, as kube-scheduler does; and a pod that fails while such an event happened
@@ -26,6 +34,8 @@ from dataclasses import dataclass
 INITIAL_BACKOFF = 1.0  # podInitialBackoffSeconds
 MAX_BACKOFF = 10.0  # podMaxBackoffSeconds
 MAX_UNSCHEDULABLE = 300.0  # podMaxInUnschedulablePodsDuration: the flush
+BACKOFF_FLUSH = 1.0  # flushBackoffQCompleted's period
+UNSCHEDULABLE_FLUSH = 30.0  # flushUnschedulablePodsLeftover's period
 V1_24, CURRENT = "1.24", "current"
 VERSIONS = (V1_24, CURRENT)
 
@@ -96,6 +106,8 @@ class Queued:
     last_try: float = -math.inf
     since: float = 0.0  # when it went where it is
     cycle: int = 0  # the scheduling cycle of its last attempt
+    error: bool = False  # its last attempt ended in an extender Error
+    by_extender: bool = False  # ... or in the extender refusing every node (no plugin rejected it)
 
     @property
     def backoff_until(self) -> float:
@@ -108,6 +120,7 @@ class SchedulingQueue:
             raise ValueError(f"kube-scheduler version {version!r}: one of {', '.join(VERSIONS)}")
         self.clock = clock
         self.version = version
+        self.started = clock.now()  # the periodic flushes tick from here
         self.pods: dict[str, Queued] = {}
         self.moves = 0  # unschedulable pods moved by a cluster event
         self.flushed = 0  # moved by the five-minute flush
@@ -125,6 +138,12 @@ class SchedulingQueue:
         """The pod itself changed (not its status): as a cluster event, for it alone."""
         q = self.pods.get(uid)
         if q is not None and q.where == UNSCHEDULABLE:
+            self._move(q)
+
+    def status_updated(self, uid: str) -> None:
+        """The pod's status changed (kube-scheduler's own PodScheduled=False, for one)."""
+        q = self.pods.get(uid)
+        if q is not None and q.where == UNSCHEDULABLE and q.by_extender and self.version == CURRENT:
             self._move(q)
 
     def event(self, kind: str) -> None:
@@ -147,31 +166,49 @@ class SchedulingQueue:
         if q is not None:
             q.cycle = self.cycle
 
-    def failed(self, uid: str, *, error: bool) -> None:
-        """An attempt failed: no node fits (``error`` False) or the extender answered an Error."""
+    def failed(self, uid: str, *, error: bool, by_extender: bool = False) -> None:
+        """An attempt failed: no node fits (``error`` False; ``by_extender``: the extender refused
+        every node) or the extender answered an Error."""
         q = self.pods.get(uid)
         if q is None:
             return
         now = self.clock.now()
         q.attempts += 1
         q.last_try = q.since = now
+        q.error, q.by_extender = error, by_extender or error
         parked = not (error and self.version == CURRENT) and self.move_cycle < q.cycle
         q.where = UNSCHEDULABLE if parked else BACKOFF
 
+    def _tick(self, t: float, period: float) -> float:
+        """The first tick of a flush of ``period`` at or after ``t``."""
+        return self.started + max(math.ceil((t - self.started) / period - 1e-9), 0) * period
+
+    def _ready_at(self, q: Queued) -> float:
+        if q.where == BACKOFF:
+            return self._tick(q.backoff_until, BACKOFF_FLUSH)
+        return self._tick(q.since + MAX_UNSCHEDULABLE, UNSCHEDULABLE_FLUSH)
+
     def due(self) -> list[str]:
         """The pods to try now, oldest first: the active ones, those whose backoff is over, and the
-        unschedulable ones flushed."""
+        unschedulable ones flushed; on current, when none is, the unschedulable one in backoff
+        whose backoff ends first."""
         now = self.clock.now()
         for q in self.pods.values():
-            if q.where == BACKOFF and q.backoff_until <= now:
+            if q.where == BACKOFF and self._ready_at(q) <= now:
                 q.where = ACTIVE
-            elif q.where == UNSCHEDULABLE and now - q.since >= MAX_UNSCHEDULABLE:
+            elif q.where == UNSCHEDULABLE and self._ready_at(q) <= now:
                 self.flushed += 1
                 self._move(q)
-        return [q.uid for q in sorted((q for q in self.pods.values() if q.where == ACTIVE), key=lambda q: q.order)]
+        active = sorted((q for q in self.pods.values() if q.where == ACTIVE), key=lambda q: q.order)
+        if not active and self.version == CURRENT:
+            early = [q for q in self.pods.values() if q.where == BACKOFF and not q.error]
+            if early:
+                first = min(early, key=lambda q: (q.backoff_until, q.order))
+                first.where = ACTIVE
+                active = [first]
+        return [q.uid for q in active]
 
     def next_timer(self) -> float | None:
         """When a pod next becomes due without an event (None: none will)."""
-        times = [q.backoff_until if q.where == BACKOFF else q.since + MAX_UNSCHEDULABLE
-                 for q in self.pods.values() if q.where in (BACKOFF, UNSCHEDULABLE)]
+        times = [self._ready_at(q) for q in self.pods.values() if q.where in (BACKOFF, UNSCHEDULABLE)]
         return min(times) if times else None

@@ -14,7 +14,10 @@ later).
 Pods wait their turn as in kube-scheduler's scheduling queue (``schedqueue``: backoff 1 s doubling
 to 10 s, unschedulable pods back on a cluster event that could help or after five minutes, an
 extender ``Error`` handled as ``version`` handles it), on a ``clock``: ``VirtualClock`` (the
-default) skips the waits, so tests do not sleep them; ``bound_at`` says when each pod was bound.
+default) skips the waits, so tests do not sleep them; ``bound_at`` says when each pod was bound,
+``at(when, fn)`` runs a test's step at a time of that clock. A failed attempt writes the pod's
+PodScheduled=False condition (reason Unschedulable, or SchedulerError for an ``Error``, and the
+message) when it changes, as kube-scheduler does; ``kubectl describe pod`` shows it.
 
 The extender is a coroutine function ``(verb, body bytes) -> answer bytes``: the real HTTPS
 client in end-to-end tests, or the verbs called in process.
@@ -24,6 +27,8 @@ Not modelled: taints and affinity (the tests' nodes have neither), in-tree score
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 from typing import Awaitable, Callable
 
@@ -89,7 +94,18 @@ class Scheduler(BackgroundLoop):
         self.bound_at: dict[str, float] = {}  # pod uid -> when it was bound (clock time)
         self._keys: dict[str, tuple[str, str]] = {}  # queued pod uid -> (namespace, name)
         self._wake = asyncio.Event()
+        self._steps: list[tuple[float, int, Callable[[], object]]] = []  # at(): (when, order, fn)
+        self._step_order = itertools.count()
         cluster.observers.append(self._on_write)
+
+    def at(self, when: float, fn: Callable[[], object]) -> None:
+        """Run ``fn`` (synchronous) once the clock reads ``when``; the virtual clock stops there."""
+        heapq.heappush(self._steps, (when, next(self._step_order), fn))
+        self._wake.set()
+
+    def _run_steps(self) -> None:
+        while self._steps and self._steps[0][0] <= self.clock.now():
+            heapq.heappop(self._steps)[2]()
 
     async def stop(self) -> None:
         await super().stop()
@@ -140,7 +156,9 @@ class Scheduler(BackgroundLoop):
                 self._forget(uid)
             elif uid not in self._keys:
                 self._queue(new)  # ungated, or now named for this scheduler
-            elif write.subresource != "status" and _changed(old, new):
+            elif write.subresource == "status":
+                self.queue.status_updated(uid)
+            elif _changed(old, new):
                 self.queue.updated(uid)
         self._wake.set()
 
@@ -150,6 +168,7 @@ class Scheduler(BackgroundLoop):
                 self._queue(pod)
         while True:
             self._wake.clear()
+            self._run_steps()
             for uid in self.queue.due():
                 key = self._keys.get(uid)
                 pod = self.cluster.store.get(R.PODS.storage_key, key) if key is not None else None
@@ -162,7 +181,8 @@ class Scheduler(BackgroundLoop):
                     log.debug("binding %s failed: %s", pod["metadata"]["name"], exc)
                     self.queue.failed(uid, error=False)
             if not self._wake.is_set():
-                await self.clock.idle(self._wake, self.queue.next_timer())
+                timers = [t for t in (self.queue.next_timer(), self._steps[0][0] if self._steps else None) if t is not None]
+                await self.clock.idle(self._wake, min(timers) if timers else None)
 
     # --- one scheduling attempt ---------------------------------------------------------------------
 
@@ -181,22 +201,19 @@ class Scheduler(BackgroundLoop):
                 answer = {"Error": f"extender call failed: {exc!r}"}
             if answer.get("Error"):
                 self.extender_errors += 1
-                self.unschedulable[uid] = answer["Error"]
-                self.queue.failed(uid, error=True)
+                self._failed(pod, answer["Error"], error=True)
                 return None
             failed = {**(answer.get("FailedNodes") or {}), **(answer.get("FailedAndUnresolvableNodes") or {})}
             nodes = [n for n in answer.get("NodeNames") or () if n in nodes]
             if not nodes:
-                self.unschedulable[uid] = "; ".join(sorted(set(failed.values()))) or "no nodes"
-                self.queue.failed(uid, error=False)
+                self._failed(pod, "; ".join(sorted(set(failed.values()))) or "no nodes", by_extender=True)
                 return None
             if len(nodes) > 1:
                 body = orjson.dumps({"Pod": self.cluster.render(R.PODS, pod), "Nodes": None, "NodeNames": nodes})
                 scores = {h["Host"]: h["Score"] for h in orjson.loads(await self.extender("prioritize", body)) or ()}
                 nodes = sorted(nodes, key=lambda n: (-scores.get(n, 0), n))
         if not nodes:
-            self.unschedulable[uid] = "no node fits"
-            self.queue.failed(uid, error=False)
+            self._failed(pod, "no node fits")
             return None
         current = self.cluster.store.get(R.PODS.storage_key, (meta["namespace"], meta["name"]))
         if current is None or current["metadata"]["uid"] != uid:
@@ -212,6 +229,29 @@ class Scheduler(BackgroundLoop):
         self.unschedulable.pop(uid, None)
         self._kubelet_runs(meta["namespace"], meta["name"])
         return nodes[0]
+
+    def _failed(self, pod: dict, message: str, *, error: bool = False, by_extender: bool = False) -> None:
+        """Back to the queue, then the pod's PodScheduled condition (handleSchedulingFailure's order)."""
+        meta = pod["metadata"]
+        self.unschedulable[meta["uid"]] = message
+        self.queue.failed(meta["uid"], error=error, by_extender=by_extender)
+        stored = self.cluster.store.get(R.PODS.storage_key, (meta["namespace"], meta["name"]))
+        if stored is None or stored["metadata"]["uid"] != meta["uid"]:
+            return
+        reason = "SchedulerError" if error else "Unschedulable"
+        conditions = (stored.get("status") or {}).get("conditions") or []
+        before = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if before is not None and (before.get("status"), before.get("reason"), before.get("message")) == ("False", reason, message):
+            return  # unchanged: kube-scheduler writes nothing
+        body = self.cluster.render(R.PODS, stored)
+        body["status"] = {**(body.get("status") or {}), "conditions": [c for c in conditions if c.get("type") != "PodScheduled"] + [
+            {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+             "lastTransitionTime": rules.fmt_time(rules.now()), "reason": reason, "message": message}]}
+        try:
+            self.cluster.update(R.PODS, meta["namespace"], meta["name"], body, subresource="status", verb="scheduler")
+        except S.ApiError as exc:  # deleted or changed meanwhile: kube-scheduler logs it and goes on
+            log.debug("status of %s not written: %s", meta["name"], exc)
+
     def _feasible(self, pod: dict, requests: dict[str, int]) -> list[str]:
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         used: dict[str, dict[str, int]] = {}
