@@ -56,9 +56,6 @@ class PodsReadyMetrics:
             self.lq_admitted_until_ready.labels(lq, namespace).observe(max(0.0, now - admitted))
 
     def ready_to_evicted(self, cq: str, evicted_reason: str, seconds: float) -> None:
-        """``evicted_reason``: the Evicted condition's; Kueue counts every deactivation as
-        Deactivated, its cause (DeactivatedDueTo<cause>) in underlying_cause."""
-        reason, cause = evicted_reason, ""
-        if evicted_reason.startswith(f"{d.DEACTIVATED}DueTo"):
-            reason, cause = d.DEACTIVATED, evicted_reason.removeprefix(f"{d.DEACTIVATED}DueTo")
+        """``evicted_reason``: the Evicted condition's."""
+        reason, cause = d.counted_eviction(evicted_reason)
         self.ready_to_evicted_time.labels(cq, reason, cause).observe(seconds)

@@ -284,11 +284,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 if preempted_reason is not None:
                     self.events.on_workload(st, uid, "Preempted", message)
                 if cluster_queue is not None:
-                    # Kueue counts every deactivation as Deactivated, its cause (DeactivatedDueTo<cause>)
-                    # in underlying_cause
-                    counted, cause = reason, underlying_cause
-                    if reason.startswith(f"{d.DEACTIVATED}DueTo"):
-                        counted, cause = d.DEACTIVATED, reason.removeprefix(f"{d.DEACTIVATED}DueTo")
+                    counted, cause = d.counted_eviction(reason, underlying_cause)
                     self.metrics.evicted_workload(cluster_queue, st.namespace, local_queue, counted, cause,
                                                   preempting_cluster_queue, preempted_reason)
             await self._complete_eviction(st, reason, message, rid)

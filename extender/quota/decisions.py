@@ -48,15 +48,25 @@ Decision = Admitted | Preempted | Evicted | Pending
 PENDING_EVALUATION = "Workload is pending evaluation in the scheduling queue"
 BYPASSED = "Bypassed scheduling evaluation because an equivalent workload recently failed"
 NAMESPACE_MISMATCH = "workload namespace doesn't match ClusterQueue selector"  # Kueue v0.18 (lower-case w)
-# Reasons of a workload that did not fit (Kueue's "no fit" reasons); an equivalent workload
-# arriving meanwhile is not evaluated and says BYPASSED with the same reason.
 # Kueue's deactivation (spec.active false): the reason of Evicted and Requeued=False, and its words
 DEACTIVATED = "Deactivated"
 DEACTIVATED_MESSAGE = "The workload is deactivated"
 REACTIVATED = "Reactivated"
 PODS_READY_TIMEOUT = "PodsReadyTimeout"  # waitForPodsReady's eviction: requeued after a backoff
 REACTIVATED_MESSAGE = "The workload was reactivated"
+
+
+def counted_eviction(reason: str, underlying_cause: str = "") -> tuple[str, str]:
+    """(reason, underlying_cause) of an eviction as Kueue's metrics label it: every deactivation
+    is Deactivated, its cause (the Evicted reason's DeactivatedDueTo<cause>) the underlying one."""
+    if reason.startswith(f"{DEACTIVATED}DueTo"):
+        return DEACTIVATED, reason.removeprefix(f"{DEACTIVATED}DueTo")
+    return reason, underlying_cause
+
+
 # TAS: the quota would do, but no domain of the flavor's nodes holds the pods (Kueue's
 # TopologyPlacementFailed, KEP-10852's tiered reasons)
 TOPOLOGY_PLACEMENT_FAILED = "TopologyPlacementFailed"
+# Reasons of a workload that did not fit (Kueue's "no fit" reasons); an equivalent workload
+# arriving meanwhile is not evaluated and says BYPASSED with the same reason.
 NO_FIT_REASONS = frozenset({"WaitingForQuota", "ExceedsMaxQuota", "NoMatchingFlavor", TOPOLOGY_PLACEMENT_FAILED})
