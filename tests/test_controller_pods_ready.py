@@ -414,7 +414,7 @@ async def test_a_jobset_is_judged_by_its_pods_readiness_and_times_out_like_a_job
     from tests.test_controller_kinds import CPU_NODES, GH200, quota_objects
     from tests.workload_kinds import JOBSET
 
-    cfg = WaitForPodsReady(timeout=2.0, recovery_timeout=None, backoff_base_seconds=1)
+    cfg = WaitForPodsReady(timeout=4.0, recovery_timeout=None, backoff_base_seconds=1)
     nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-0", "labels": CPU_NODES},
               "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}},
              {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gh200-0", "labels": {
@@ -450,9 +450,9 @@ async def test_a_jobset_is_judged_by_its_pods_readiness_and_times_out_like_a_job
                 def cond(name: str, type_: str) -> dict:
                     return W.condition(h.api.cluster.store.get(WORKLOADS_KEY, ("team-a", wl[name])) or {}, type_) or {}
 
-                await eventually(lambda: cond("fine", "PodsReady").get("reason") == "Started", timeout=10,
+                await eventually(lambda: cond("fine", "PodsReady").get("reason") == "Started", timeout=30,
                                  what="the ready JobSet started")
-                await eventually(lambda: cond("stuck", "Evicted").get("reason") == "PodsReadyTimeout", timeout=10,
+                await eventually(lambda: cond("stuck", "Evicted").get("reason") == "PodsReadyTimeout", timeout=30,
                                  what="the stuck JobSet timed out")
                 assert cond("stuck", "Evicted")["message"] == f"Exceeded the PodsReady timeout team-a/{wl['stuck']}"
                 stuck_wl = h.api.cluster.store.get(WORKLOADS_KEY, ("team-a", wl["stuck"]))
