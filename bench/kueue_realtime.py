@@ -626,7 +626,7 @@ def arrival_budget(cfg: Config, model) -> dict:
     the least, the k Job creations and k Workload creations up to it, so send -> Workload >=
     k * (job + workload CPU) / cores - a_k (from an idle server; nothing else served). Returns the
     peak one-second demand of those creations in cores and that bound's worst case."""
-    per = model.cost("create", "jobs.batch").cpu + model.cost("create", "workloads.kueue.x-k8s.io").cpu
+    per = sum(c.cpu + c.etcd for c in (model.cost("create", "jobs.batch"), model.cost("create", "workloads.kueue.x-k8s.io")))
     sends = [at for at, *_ in timeline(cfg)]
     by_second: dict[int, int] = {}
     for at in sends:
@@ -691,7 +691,7 @@ def main() -> None:
     if args.cost_model:
         b = arrival_budget(cfg, MODELS[args.cost_model])
         print(f"  the model's budget: a Job's and its Workload's creation take {b['cpu_per_job'] * 1000:.1f} ms of its "
-              f"CPU; the arrivals' peak second asks {b['peak_cores']:.2f} cores of {b['cores']:g}; so, whatever the "
+              f"CPU (server and etcd); the arrivals' peak second asks {b['peak_cores']:.2f} cores of {b['cores']:g}; so, whatever the "
               f"controller does, some Job sent at {b['bound_at']:.1f} s gets its Workload >= {b['bound']:.1f} s later "
               f"(the server doing nothing but these creations); that floor's p99 is {b['p99']:.1f} s, "
               f"{b['over_2s'] * 100:.0f}% of the Jobs above 2 s", flush=True)

@@ -425,18 +425,22 @@ JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 
-def measured(version: str, connections: int, row: str, cores: float = 2.0) -> Cost:
-    """One row of the tables as the model's Cost: the server's and etcd's CPU per request; as the
-    wait, what the one-connection p50 latency leaves once both CPUs run on the machine's cores
-    (the round trip, the client's own time; etcd ran with --unsafe-no-fsync, so no fsync)."""
+def measured(version: str, connections: int, row: str, cores: float = 2.0, etcd_connections: int | None = None) -> Cost:
+    """One row of the tables as the model's Cost: the server's CPU per request at `connections`,
+    etcd's at `etcd_connections` (default the same); as the wait, what the one-connection p50
+    latency leaves once both CPUs run on the machine's cores (the round trip, the client's own
+    time; etcd ran with --unsafe-no-fsync, so no fsync)."""
     col = _COLUMNS[(version, connections)]
-    api, etcd = _API_MS[row][col] / 1000, _ETCD_MS.get(row, (0.0,) * 4)[col] / 1000
+    etcd_col = _COLUMNS[(version, etcd_connections or connections)]
+    api, etcd = _API_MS[row][col] / 1000, _ETCD_MS.get(row, (0.0,) * 4)[etcd_col] / 1000
     p50 = _P50_C1_MS.get(row, (0.0, 0.0))[0 if version == "1.24" else 1] / 1000
-    return Cost(api, max(0.0, p50 - (api + etcd) / cores), etcd)
+    c1 = _COLUMNS[(version, 1)]
+    return Cost(api, max(0.0, p50 - (_API_MS[row][c1] + _ETCD_MS.get(row, (0.0,) * 4)[c1]) / 1000 / cores), etcd)
 
 
-def profile(version: str, connections: int = 1) -> CostModel:
-    """The model of kube-apiserver `version` ("1.24", "1.36") priced at the `connections` column.
+def profile(version: str, connections: int = 1, etcd_connections: int = 16) -> CostModel:
+    """The model of kube-apiserver `version` ("1.24", "1.36"): the server's CPU priced at the
+    `connections` column, etcd's at `etcd_connections` (why these: docs/apiserver-standin.md "Costs").
 
     Kinds the tables did not measure take the measured request they are most like: a Job's status
     (the Job controller's Complete) and other built-in writes (Events, Leases) as a whole-Job PUT or
@@ -444,7 +448,7 @@ def profile(version: str, connections: int = 1) -> CostModel:
     decoded, pruned and validated against its schema as a whole); a delete as a create. Reads as the
     GET of a Workload; a list adds 20 µs per stored object of the kind (not measured: issue 16's
     guess, kept; the controller lists each kind once at start)."""
-    m = lambda row: measured(version, connections, row)  # noqa: E731
+    m = lambda row: measured(version, connections, row, etcd_connections=etcd_connections)  # noqa: E731
     col = _COLUMNS[(version, connections)]
     noop = lambda cost, row: replace(cost, noop_cpu=_API_MS[row][col] / 1000)  # noqa: E731
     status = {  # a Workload's status, by how it is sent (a PUT of the whole object, or a patch)
@@ -476,7 +480,8 @@ def profile(version: str, connections: int = 1) -> CostModel:
         for resource in ("jobs.batch", "jobs.batch/status"):
             costs[f"{verb} {resource}{' ' + content_type if content_type else ''}"] = cost
     idle_api, idle_etcd = _IDLE_MS_PER_S[version]
-    name = f"real-{version}" + ("" if connections == 1 else f"-c{connections}")
+    name = f"real-{version}" + ("" if (connections, etcd_connections) == (1, 16) else
+                                f"-c{connections}" + ("" if etcd_connections == connections else f"-etcd-c{etcd_connections}"))
     s = costs[f"patch {WORKLOAD_STATUS} {MERGE}"]
     return CostModel(
         name=name,
@@ -487,8 +492,8 @@ def profile(version: str, connections: int = 1) -> CostModel:
         cores=2.0,
         idle_cpu=idle_api / 1000,
         idle_etcd=idle_etcd / 1000,
-        summary=(f"kube-apiserver {version} + etcd 3.4, single requests at {connections} connection(s) "
-                 f"(shared/data/apiserver-costs.md): server/etcd CPU per request: Job create "
+        summary=(f"kube-apiserver {version} + etcd 3.4, single requests (shared/data/apiserver-costs.md), "
+                 f"the server's CPU at {connections} connection(s), etcd's at {etcd_connections}: server/etcd CPU per request: Job create "
                  f"{costs['create jobs.batch'].cpu * 1e3:.2f}/{costs['create jobs.batch'].etcd * 1e3:.2f} ms, "
                  f"Workload create {costs['create workloads.kueue.x-k8s.io'].cpu * 1e3:.2f}/"
                  f"{costs['create workloads.kueue.x-k8s.io'].etcd * 1e3:.2f}, Workload status "
@@ -502,4 +507,5 @@ def profile(version: str, connections: int = 1) -> CostModel:
 
 REAL_1_24 = profile("1.24")
 REAL_1_36 = profile("1.36")
-MODELS = {m.name: m for m in (REAL_1_24, REAL_1_36, profile("1.24", 16), profile("1.36", 16))}
+MODELS = {m.name: m for m in (REAL_1_24, REAL_1_36, profile("1.24", 16, 16), profile("1.36", 16, 16),
+                               profile("1.24", 1, 1))}
