@@ -3,6 +3,7 @@
     python bench/kueue_realtime.py baseline [--scale 0.2] [--cohorts 5 --queues 6] [--qps 5000]
     python bench/kueue_realtime.py large-scale --scale 0.05
     python bench/kueue_realtime.py baseline --scale 0.2 --cost-model real-1.24
+    python bench/kueue_realtime.py baseline --cost-model real-1.24 --controller ../wt-old/.venv/bin/gpuqueue
 
 Three processes on the wall clock:
   - the API server stand-in (tests.standin, a forked child, real HTTP on 127.0.0.1). In the same
@@ -21,7 +22,9 @@ to the last completion; the minimum over ClusterQueues), preemptions (Workloads 
 Preempted), the wall time (first creation -> last completion), the CPU time of the controller, of
 the stand-in and of this driver, the controller's peak RSS, the API requests by kind with the bytes
 they carried, and with `--cost-model` (tests/standin/costs.py: the stand-in answers with a real
-kube-apiserver's costs) what the model did: seconds per request, time queued for a seat, 429s, CPU.
+kube-apiserver's costs; the profile is printed first and with the result) what the model did:
+seconds per request, time queued for a seat, 429s, the server's and etcd's CPU. `--controller`
+runs another install's `gpuqueue extender` (an older commit's) against the same stand-in and driver.
 One run; not part of the test suite.
 """
 
@@ -584,6 +587,7 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=Non
         "admitted": len(rec.admitted),
         "completed": len(rec.completed),
         "min_usage": min(per_cq),
+        "usage_quartiles": [sorted(per_cq)[int(q * (len(per_cq) - 1))] for q in (0.25, 0.5, 0.75)],
         "mean_usage": sum(per_cq) / len(per_cq),
         "preemptions": rec.preemptions,
         "resuspensions": rec.resuspensions,
@@ -714,7 +718,8 @@ def main() -> None:
           f"mean {tw['mean']:.2f} s; the driver's Job POSTs took p50 {r['create_took'][0] * 1000:.0f} ms, "
           f"p99 {r['create_took'][1] * 1000:.0f} ms")
     print(f"  preemptions {r['preemptions']} (Jobs re-suspended {r['resuspensions']}); ClusterQueue usage "
-          f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}%")
+          f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}% (quartiles "
+          f"{' / '.join(f'{u:.1f}' for u in r['usage_quartiles'])}%)")
     for c in cfg.classes:
         st = r["stages"][c.name]
         print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s; "
