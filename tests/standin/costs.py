@@ -45,7 +45,6 @@ class Cost:
     wait: float = 0.0  # seconds more without CPU (etcd's commit)
     etcd: float = 0.0  # seconds of etcd's CPU, on the same cores, once the write is stored
     noop_cpu: float | None = None  # the server's CPU when the write changes nothing (None: as `cpu`)
-    beside: float = 0.0  # the part of cpu + etcd spent off the request's path (after its answer, on the same cores)
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class CostModel:
         if c is None:
             c = self.default_write if verb in MUTATING else self.default_read
         if verb == "list" and listed:
-            c = replace(c, cpu=c.cpu + self.list_item_cpu * listed)
+            c = Cost(c.cpu + self.list_item_cpu * listed, c.wait, c.etcd)
         return c
 
     def seats(self) -> dict[str, int]:
@@ -290,7 +289,6 @@ class CostedServer:
         self.inflight = [0, 0]  # read-only, mutating (max_inflight mode)
         self.served: dict[str, Served] = {}
         self.peak_in_service = 0
-        self._beside: set[asyncio.Future] = set()
 
     def stats(self, key: str) -> Served:
         s = self.served.get(key)
@@ -326,16 +324,9 @@ class CostedServer:
             self.inflight[ticket.mutating_slot] -= 1
 
     async def serve(self, cost: Cost) -> None:
-        """The server's CPU and etcd's on the request's path (before the handler: a write commits at
-        the end of its service); the rest (`beside`: garbage collection, the watch cache, etcd's
-        background work) goes on the same cores without holding the request."""
-        demand = cost.cpu + cost.etcd
-        task = self.cpu.run(demand * (1 - cost.beside))
+        """The server's CPU and etcd's (before the handler: a write commits at the end of its service)."""
+        task = self.cpu.run(cost.cpu + cost.etcd)
         self.peak_in_service = max(self.peak_in_service, self.cpu.in_service + 1)
-        if cost.beside > 0:
-            later = asyncio.ensure_future(self.cpu.run(demand * cost.beside))
-            self._beside.add(later)
-            later.add_done_callback(self._beside.discard)
         await task
         if cost.wait > 0:
             await asyncio.sleep(cost.wait)
@@ -423,19 +414,6 @@ _P50_C1_MS = {
     "d3.job.unsuspend.smp-rv": (4.37, 3.96),
     "r.wl.get": (3.21, 2.74),
 }
-# apiserver-costs.json, rows' client_ms_per_req: the client's CPU per request at c1, median (1.24, 1.36)
-_CLIENT_C1_MS = {
-    "a.job.create": (0.58, 0.43),
-    "b.wl.create": (0.54, 0.38),
-    "c1.wl.status.put": (0.62, 0.60),
-    "c2.wl.status.merge-rv": (0.62, 0.60),
-    "c4.wl.status.jsonpatch-test": (0.62, 0.46),
-    "c5.wl.status.apply": (0.58, 0.55),
-    "d1.job.unsuspend.put": (0.57, 0.59),
-    "d2.job.unsuspend.merge-rv": (0.59, 0.50),
-    "d3.job.unsuspend.smp-rv": (0.56, 0.50),
-    "r.wl.get": (0.45, 0.43),
-}
 # "Idle rates subtracted": the server's and etcd's CPU with nothing to serve, ms/s (the start's rate)
 _IDLE_MS_PER_S = {"1.24": (28.0, 8.0), "1.36": (17.0, 8.0)}
 _COLUMNS = {("1.24", 1): 0, ("1.24", 16): 1, ("1.36", 1): 2, ("1.36", 16): 3}
@@ -447,21 +425,17 @@ JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 
-def measured(version: str, connections: int, row: str, etcd_connections: int | None = None) -> Cost:
+def measured(version: str, connections: int, row: str, cores: float = 2.0, etcd_connections: int | None = None) -> Cost:
     """One row of the tables as the model's Cost: the server's CPU per request at `connections`,
-    etcd's at `etcd_connections` (default the same). Off the request's path (`beside`): the part
-    of the two CPUs at one connection that the request's own latency there cannot hold - its
-    p50 latency less the client's CPU per request (the client's time is in the latency) - which
-    Go's garbage collector, the watch cache and etcd's background work spend beside it. No wait
-    beyond the CPU: etcd ran with --unsafe-no-fsync, and the round trip is within the p50."""
+    etcd's at `etcd_connections` (default the same); as the wait, what the one-connection p50
+    latency leaves once both CPUs run on the machine's cores (the round trip, the client's own
+    time; etcd ran with --unsafe-no-fsync, so no fsync)."""
     col = _COLUMNS[(version, connections)]
     etcd_col = _COLUMNS[(version, etcd_connections or connections)]
-    no_etcd = (0.0,) * 4
-    api, etcd = _API_MS[row][col] / 1000, _ETCD_MS.get(row, no_etcd)[etcd_col] / 1000
-    c1, v = _COLUMNS[(version, 1)], 0 if version == "1.24" else 1
-    total_c1 = _API_MS[row][c1] + _ETCD_MS.get(row, no_etcd)[c1]
-    on_path = _P50_C1_MS[row][v] - _CLIENT_C1_MS[row][v] if row in _P50_C1_MS else total_c1
-    return Cost(api, 0.0, etcd, beside=max(0.0, 1 - on_path / total_c1))
+    api, etcd = _API_MS[row][col] / 1000, _ETCD_MS.get(row, (0.0,) * 4)[etcd_col] / 1000
+    p50 = _P50_C1_MS.get(row, (0.0, 0.0))[0 if version == "1.24" else 1] / 1000
+    c1 = _COLUMNS[(version, 1)]
+    return Cost(api, max(0.0, p50 - (_API_MS[row][c1] + _ETCD_MS.get(row, (0.0,) * 4)[c1]) / 1000 / cores), etcd)
 
 
 def profile(version: str, connections: int = 1, etcd_connections: int = 16) -> CostModel:
