@@ -13,11 +13,13 @@ With it, every request other than a watch goes through what kube-apiserver 1.24 
    gets 429 with `Retry-After: 1`. Seats freed go to the queues in turn. The `exempt` level has no
    limit. `max_inflight` instead models APF turned off: at most 400 reads and 200 writes at once, 429
    at once beyond that.
-2. **CPU.** Its CPU demand (per verb and resource, `costs`) on `cores` cores shared by every request
-   in service: n requests each progress at min(1, cores/n) CPU-seconds per second (processor
-   sharing, as Go's scheduler time-slices the goroutines of a CPU-bound server). Two cores cannot
+2. **CPU.** Its CPU demand, the server's and etcd's (per verb, resource and patch type, `costs`; the
+   profiles at the end of this file are derived from measured single requests) on `cores` cores
+   shared by every request in service (less idle work and, in the bench, the controller's CPU):
+   n requests each progress at min(1, cores/n) CPU-seconds per second (processor sharing, as Go's scheduler time-slices the goroutines of a CPU-bound server). Two cores cannot
    serve 400 requests of 40 ms of CPU each in less than 8 s, however many seats there are.
-3. **A wait without CPU** (`Cost.wait`: etcd's commit, a round trip and a WAL fsync for a write).
+3. **A wait without CPU** (`Cost.wait`: what the measured one-connection latency leaves beyond the
+   request's CPU on the cores).
 4. Then the stand-in handles it, so a write commits - and is seen by watches and conflicts - at the
    end of its service, as in etcd. The seat is held until then.
 
