@@ -3,6 +3,7 @@
     python bench/kueue_realtime.py baseline [--scale 0.2] [--cohorts 5 --queues 6] [--qps 5000]
     python bench/kueue_realtime.py large-scale --scale 0.05
     python bench/kueue_realtime.py baseline --scale 0.2 --cost-model real-1.24
+    python bench/kueue_realtime.py baseline --cost-model real-1.24 --controller ../wt-old/.venv/bin/gpuqueue
 
 Three processes on the wall clock:
   - the API server stand-in (tests.standin, a forked child, real HTTP on 127.0.0.1). In the same
@@ -21,7 +22,9 @@ to the last completion; the minimum over ClusterQueues), preemptions (Workloads 
 Preempted), the wall time (first creation -> last completion), the CPU time of the controller, of
 the stand-in and of this driver, the controller's peak RSS, the API requests by kind with the bytes
 they carried, and with `--cost-model` (tests/standin/costs.py: the stand-in answers with a real
-kube-apiserver's costs) what the model did: seconds per request, time queued for a seat, 429s, CPU.
+kube-apiserver's costs; the profile is printed first and with the result) what the model did:
+seconds per request, time queued for a seat, 429s, the server's and etcd's CPU. `--controller`
+runs another install's `gpuqueue extender` (an older commit's) against the same stand-in and driver.
 One run; not part of the test suite.
 """
 
@@ -90,7 +93,7 @@ class Record:
     stored_bytes: dict[str, int] = field(default_factory=dict)  # same key -> bytes of the objects written
     responses: dict[str, int] = field(default_factory=dict)  # "METHOD status" -> count, every request
     traffic: dict[str, list[int]] = field(default_factory=dict)  # ApiServer.traffic: [requests, in, out]
-    served: dict[str, tuple] = field(default_factory=dict)  # cost model: key -> (n, 429s, seconds, queued, cpu)
+    served: dict[str, tuple] = field(default_factory=dict)  # cost model: key -> (n, 429s, seconds, queued, cpu, etcd, no-ops)
     model_cpu: float = 0.0  # CPU-seconds the cost model served
 
 
@@ -102,6 +105,8 @@ class JobsAndRecorder:
 
     def __init__(self, api: ApiServer) -> None:
         self.cluster = api.cluster
+        self.costs = api.costs  # with a cost model, a completion is priced as the Job status write it is
+        self.tasks: set[asyncio.Task] = set()
         self.loop = asyncio.get_running_loop()
         self.rec = Record()
         self.timers: dict[str, asyncio.TimerHandle] = {}
@@ -130,7 +135,7 @@ class JobsAndRecorder:
         if was and not is_:
             self.rec.admitted.setdefault(key, now)
             runtime = float((w.new["metadata"].get("annotations") or {}).get(RUNTIME, "0"))
-            self.timers[key] = self.loop.call_later(runtime, self._complete, w.namespace, w.name,
+            self.timers[key] = self.loop.call_later(runtime, self._completion, w.namespace, w.name,
                                                     w.new["metadata"]["uid"])
         elif is_ and not was:
             self.rec.resuspensions += 1
@@ -138,9 +143,33 @@ class JobsAndRecorder:
             if timer is not None:
                 timer.cancel()
 
+    def _completion(self, namespace: str, name: str, uid: str) -> None:
+        self.timers.pop(f"{namespace}/{name}", None)
+        if self.costs is None:
+            self._complete(namespace, name, uid)
+            return
+        task = self.loop.create_task(self._costed_completion(namespace, name, uid))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _costed_completion(self, namespace: str, name: str, uid: str) -> None:
+        """What the real run's driver did over HTTP (a Job status write, as the cluster admin: no
+        seat to wait for), priced by the model as such a request."""
+        cost = self.costs.model.cost("update", "jobs.batch/status")
+        stats = self.costs.stats("update jobs.batch/status (Job completed)")
+        stats.cpu += cost.cpu
+        stats.etcd += cost.etcd
+        t0 = self.loop.time()
+        await self.costs.serve(cost)
+        rv0 = self.cluster.store.rv
+        self._complete(namespace, name, uid)
+        await self.costs.stored(cost, stats, self.cluster.store.rv != rv0,
+                                len(self.cluster.store.watchers.get(R.JOBS.storage_key, ())))
+        stats.requests += 1
+        stats.seconds += self.loop.time() - t0
+
     def _complete(self, namespace: str, name: str, uid: str) -> None:
         key = f"{namespace}/{name}"
-        self.timers.pop(key, None)
         job = self.cluster.store.get(R.JOBS.storage_key, (namespace, name))
         if job is None or job["metadata"]["uid"] != uid or job["spec"].get("suspend") or _true(job, "Complete"):
             return
@@ -232,7 +261,10 @@ def _serve(conn, profile: Path | None, cost_model: str | None = None, managed_fi
             loop = asyncio.get_running_loop()
             while True:
                 msg = await loop.run_in_executor(None, conn.recv)
-                if msg == "progress":
+                if isinstance(msg, tuple) and msg[0] == "others":
+                    if api.costs is not None:
+                        api.costs.others_use(msg[1])
+                elif msg == "progress":
                     r = jobs.rec
                     conn.send((len(r.created), len(r.admitted), len(r.completed), len(r.wl_created)))
                 elif msg == "record":
@@ -245,7 +277,7 @@ def _serve(conn, profile: Path | None, cost_model: str | None = None, managed_fi
                     jobs.rec.responses.update(sorted(gets.items(), key=lambda kv: -kv[1]))
                     jobs.rec.traffic = api.traffic
                     if api.costs is not None:
-                        jobs.rec.served = {k: (s.requests, s.rejected, s.seconds, s.queued, s.cpu)
+                        jobs.rec.served = {k: (s.requests, s.rejected, s.seconds, s.queued, s.cpu, s.etcd, s.noops)
                                            for k, s in api.costs.served.items()}
                         jobs.rec.model_cpu = api.costs.cpu.delivered
                     conn.send(jobs.rec)
@@ -388,9 +420,37 @@ async def ask(conn, msg: str):
     return await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
 
+def controller_command(controller: Path | None, profile: Path | None) -> list[str]:
+    """How to start `gpuqueue extender`: this tree's, or `controller` (another install's `gpuqueue`
+    executable, e.g. an older commit's worktree venv), whose flags must include what run() passes."""
+    if controller is None:
+        python = [sys.executable] + (["-m", "cProfile", "-o", str(profile / "controller.prof")] if profile else [])
+        return [*python, "-m", "gpuqueue.cli", "extender"]
+    if profile is not None:
+        sys.exit("--profile and --controller: profile this tree's controller, or run the other one by hand")
+    if not os.access(controller, os.X_OK) or controller.is_dir():
+        sys.exit(f"--controller {controller}: not an executable (give the path of a gpuqueue executable)")
+    return [str(controller), "extender"]
+
+
+def controller_flags(command: list[str]) -> list[str]:
+    """The flags of EXTENDER_FLAGS that this controller knows (older ones lack --metrics-insecure: their
+    metrics port was plain HTTP already); exits naming any other flag it lacks."""
+    help_text = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60).stdout
+    missing = [f for f in EXTENDER_FLAGS if f not in help_text]
+    if set(missing) - OPTIONAL_FLAGS:
+        sys.exit(f"{' '.join(command)}: lacks {', '.join(sorted(set(missing) - OPTIONAL_FLAGS))}")
+    return [f for f in EXTENDER_FLAGS if f not in missing]
+
+
+EXTENDER_FLAGS = ("--kubeconfig", "--insecure-http", "--host", "--port", "--metrics-port", "--metrics-insecure",
+                  "--qps", "--burst")
+OPTIONAL_FLAGS = {"--metrics-insecure"}
+
+
 async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Path | None,
               profile: Path | None, cost_model: str | None = None, managed_fields: bool = False,
-              hold: bool = False) -> dict:
+              hold: bool = False, controller: Path | None = None, share_cores: bool = True) -> dict:
     """`hold`: every ClusterQueue `stopPolicy: Hold` - nothing is admitted, so the controller's only
     work is each Job's Workload (and what it says while pending); the run ends when the last exists."""
     if profile is not None:
@@ -406,11 +466,14 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
     _kubeconfig(url, kubeconfig)
     metrics_port = _free_port()
     log_file = open(log_path or tmp / "extender.log", "w")
-    python = [sys.executable] + (["-m", "cProfile", "-o", str(profile / "controller.prof")] if profile else [])
-    ctl = subprocess.Popen([*python, "-m", "gpuqueue.cli", "extender", "--kubeconfig", str(kubeconfig),
-                            "--insecure-http", "--host", "127.0.0.1", "--port", str(_free_port()),
-                            "--metrics-port", str(metrics_port), "--metrics-insecure", "--qps", str(qps), "--burst", str(burst)],
-                           cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
+    command = controller_command(controller, profile)
+    values = {"--kubeconfig": [str(kubeconfig)], "--insecure-http": [], "--host": ["127.0.0.1"],
+              "--port": [str(_free_port())], "--metrics-port": [str(metrics_port)], "--metrics-insecure": [],
+              "--qps": [str(qps)], "--burst": [str(burst)]}
+    flags = controller_flags(command) if controller is not None else list(EXTENDER_FLAGS)
+    ctl = subprocess.Popen([*command, *(x for f in flags for x in (f, *values[f]))],
+                           cwd=ROOT if controller is None else tmp, stdout=log_file,
+                           stderr=subprocess.STDOUT)
     total = len(namespaces(cfg)) * sum(c.count for c in cfg.classes)
     try:
         conn = aiohttp.TCPConnector(limit=64)
@@ -424,7 +487,12 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
             took: list[float] = []
             lags = await submit_all(session, url, cfg, took)
         deadline = start + timeout
+        sampled = (time.monotonic(), cpu_seconds(ctl.pid))
         while True:
+            if cost_model and share_cores:  # the controller's CPU comes out of the modelled cores, as on one machine
+                now, used = time.monotonic(), cpu_seconds(ctl.pid)
+                parent.send(("others", (used - sampled[1]) / max(now - sampled[0], 1e-3)))
+                sampled = (now, used)
             created, admitted, completed, workloads = await ask(parent, "progress")
             if (workloads if hold else completed) >= total:
                 break
@@ -512,12 +580,14 @@ def summarize(cfg: Config, rec: Record, cpu: dict, lags: list[float], passes=Non
         "stored_bytes": rec.stored_bytes,
         "served": rec.served,
         "model_cpu": rec.model_cpu,
+        "model_api_etcd": (sum(v[4] for v in rec.served.values()), sum(v[5] for v in rec.served.values())),
         "avg_wait": {k: (sum(v) / len(v) if v else float("nan")) for k, v in waits.items()},
         "stages": {k: [sum(x) / len(x) if x else float("nan") for x in v] for k, v in stages.items()},
         "max_wait": {k: max(v, default=float("nan")) for k, v in waits.items()},
         "admitted": len(rec.admitted),
         "completed": len(rec.completed),
         "min_usage": min(per_cq),
+        "usage_quartiles": [sorted(per_cq)[int(q * (len(per_cq) - 1))] for q in (0.25, 0.5, 0.75)],
         "mean_usage": sum(per_cq) / len(per_cq),
         "preemptions": rec.preemptions,
         "resuspensions": rec.resuspensions,
@@ -560,7 +630,7 @@ def arrival_budget(cfg: Config, model) -> dict:
     the least, the k Job creations and k Workload creations up to it, so send -> Workload >=
     k * (job + workload CPU) / cores - a_k (from an idle server; nothing else served). Returns the
     peak one-second demand of those creations in cores and that bound's worst case."""
-    per = model.cost("create", "jobs.batch").cpu + model.cost("create", "workloads.kueue.x-k8s.io").cpu
+    per = sum(c.cpu + c.etcd for c in (model.cost("create", "jobs.batch"), model.cost("create", "workloads.kueue.x-k8s.io")))
     sends = [at for at, *_ in timeline(cfg)]
     by_second: dict[int, int] = {}
     for at in sends:
@@ -600,24 +670,44 @@ def main() -> None:
                     help="every ClusterQueue stopPolicy: Hold: nothing is admitted; measures the Workload creations alone")
     ap.add_argument("--managed-fields", action="store_true",
                     help="the stand-in keeps metadata.managedFields as a real API server does")
+    ap.add_argument("--controller", type=Path, default=None,
+                    help="run this gpuqueue executable's extender (e.g. an older commit's worktree "
+                         "venv/bin/gpuqueue) instead of this tree's; the stand-in and driver stay this tree's")
+    ap.add_argument("--own-cores", action="store_true",
+                    help="with --cost-model: the modelled server keeps its cores (by default the controller's "
+                         "CPU, sampled every 0.5 s, comes out of them, as when both share one machine)")
     args = ap.parse_args()
+    if args.controller is not None:
+        controller_command(args.controller, args.profile)  # one line and out if it cannot be
     base = CONFIGS[args.config]
     cfg = scaled(base, args.scale, args.cohorts, args.queues)
     total = cfg.cohorts * cfg.queues_per_cohort * sum(c.count for c in cfg.classes)
     print(f"{args.config} x{args.scale:g}: {cfg.cohorts} cohorts x {cfg.queues_per_cohort} ClusterQueues, "
           f"{total} Jobs; controller --qps {args.qps:g} --burst {args.burst}; API costs: "
           f"{args.cost_model or 'none (the stand-in answers at once)'}; managedFields "
-          f"{'kept' if args.managed_fields else 'not kept'}{'; ClusterQueues held' if args.hold else ''}", flush=True)
+          f"{'kept' if args.managed_fields else 'not kept'}{'; ClusterQueues held' if args.hold else ''}; "
+          f"controller {args.controller or 'this tree'}", flush=True)
+    model = MODELS[args.cost_model] if args.cost_model else None
+    if model is not None:
+        print(f"  cost profile {model.name}: {model.summary}; "
+              f"{'the modelled cores are its own' if args.own_cores else 'the controller CPU comes out of them'}",
+              flush=True)
     if args.cost_model:
         b = arrival_budget(cfg, MODELS[args.cost_model])
         print(f"  the model's budget: a Job's and its Workload's creation take {b['cpu_per_job'] * 1000:.1f} ms of its "
-              f"CPU; the arrivals' peak second asks {b['peak_cores']:.2f} cores of {b['cores']:g}; so, whatever the "
+              f"CPU (server and etcd); the arrivals' peak second asks {b['peak_cores']:.2f} cores of {b['cores']:g}; so, whatever the "
               f"controller does, some Job sent at {b['bound_at']:.1f} s gets its Workload >= {b['bound']:.1f} s later "
               f"(the server doing nothing but these creations); that floor's p99 is {b['p99']:.1f} s, "
               f"{b['over_2s'] * 100:.0f}% of the Jobs above 2 s", flush=True)
     r = asyncio.run(run(cfg, args.qps, args.burst, args.timeout, args.controller_log, args.profile, args.cost_model,
-                        args.managed_fields, args.hold))
+                        args.managed_fields, args.hold, args.controller, not args.own_cores))
     cpu = r["cpu"]
+    if model is not None:
+        api, etcd = r["model_api_etcd"]
+        print(f"  cost profile {model.name}; the model's kube-apiserver CPU "
+              f"{api + model.idle_cpu * r['wall']:.1f} s, etcd CPU {etcd + model.idle_etcd * r['wall']:.1f} s "
+              f"(requests {api:.1f} + {etcd:.1f} s, idle rates over the wall "
+              f"{model.idle_cpu * r['wall']:.1f} + {model.idle_etcd * r['wall']:.1f} s)")
     print(f"  wall {r['wall']:.1f} s (first Job created -> last completed); admitted {r['admitted']}, "
           f"completed {r['completed']}")
     print(f"  CPU: controller {cpu['controller']:.1f} s, API stand-in (+ Job completion, recorder) "
@@ -628,7 +718,8 @@ def main() -> None:
           f"mean {tw['mean']:.2f} s; the driver's Job POSTs took p50 {r['create_took'][0] * 1000:.0f} ms, "
           f"p99 {r['create_took'][1] * 1000:.0f} ms")
     print(f"  preemptions {r['preemptions']} (Jobs re-suspended {r['resuspensions']}); ClusterQueue usage "
-          f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}%")
+          f"min {r['min_usage']:.1f}%, mean {r['mean_usage']:.1f}% (quartiles "
+          f"{' / '.join(f'{u:.1f}' for u in r['usage_quartiles'])}%)")
     for c in cfg.classes:
         st = r["stages"][c.name]
         print(f"  avg time to admission {c.name:6}: {r['avg_wait'][c.name]:.2f} s (max {r['max_wait'][c.name]:.2f} s; "
@@ -662,12 +753,12 @@ def print_traffic(r: dict) -> None:
     print("  objects written (bytes per write, as stored): " + ", ".join(
         f"{k} {stored[k] / v:.0f}" for k, v in sorted(r["writes"].items(), key=lambda kv: -kv[1]) if k in stored))
     if r["served"]:
-        print(f"  cost model: {r['model_cpu']:.1f} s of the server's CPU; per kind: requests, 429s, "
-              "mean seconds (of which queued for a seat), CPU s:")
-        for key, (n, rejected, secs, queued, cpu) in sorted(r["served"].items(), key=lambda kv: -kv[1][0]):
+        print(f"  cost model: {r['model_cpu']:.1f} s of CPU served in all; per kind: requests, 429s, "
+              "mean seconds (of which queued for a seat), server CPU s, etcd CPU s, writes that changed nothing:")
+        for key, (n, rejected, secs, queued, cpu, etcd, noops) in sorted(r["served"].items(), key=lambda kv: -kv[1][0]):
             if n:
                 print(f"    {key:48} {n:7} {rejected:5}  {secs / n * 1000:7.1f} ms ({queued / n * 1000:6.1f} ms)"
-                      f"  {cpu:7.1f}")
+                      f"  {cpu:7.1f} {etcd:6.1f} {noops:6}")
 
 
 if __name__ == "__main__":

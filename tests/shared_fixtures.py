@@ -32,6 +32,16 @@ def fixture(*parts: str) -> Path:
     return FIXTURES.joinpath(*parts)
 
 
+def shared_data(name: str) -> Path:
+    """A published measurement under shared/data (apiserver-costs.json...); in a test run without
+    it, the test is skipped."""
+    path = SHARED / "data" / name
+    if not path.is_file():
+        import pytest
+        pytest.skip(f"needs {path}, which this checkout does not have beside it (set GPUQUEUE_SHARED)")
+    return path
+
+
 def k8s_recording(*parts: str) -> Path:
     """A wire recording of a real Kubernetes 1.24 control plane (shared/fixtures/k8s-1.24)."""
     return fixture("k8s-1.24", *parts)

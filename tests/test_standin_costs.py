@@ -246,3 +246,122 @@ def test_the_real_1_24_model_gives_kube_apiserver_s_seats():
     assert seats == {"system": 74, "node-high": 98, "leader-election": 25, "workload-high": 98,
                      "workload-low": 245, "global-default": 49, "catch-all": 13}
     assert REAL_1_24.request_wait_limit == 15.0
+
+
+# --- the calibrated profiles: what a single request costs, as measured on a real kube-apiserver ---------
+
+WL_STATUS = "workloads.kueue.x-k8s.io/status"
+
+
+def test_the_profiles_carry_the_published_medians():
+    """Every constant of the profiles' tables is the median over the repetitions in the published
+    raw figures (shared/data/apiserver-costs.json) of its row and column, to the table's rounding."""
+    import json
+    import statistics
+
+    from tests.shared_fixtures import shared_data
+    from tests.standin import costs as C
+
+    data = json.loads(shared_data("apiserver-costs.json").read_text())
+    for (version, conc), col in C._COLUMNS.items():
+        rows = data["versions"][version]["rows"]
+        for table, field in ((C._API_MS, "api_ms_per_req"), (C._ETCD_MS, "etcd_ms_per_req")):
+            for variant, figures in table.items():
+                got = statistics.median(r[field] for r in rows if r["variant"] == variant and r["conc"] == conc)
+                assert figures[col] == pytest.approx(got, abs=0.0051), (version, conc, variant, field)
+        if conc == 1:
+            for variant, figures in C._P50_C1_MS.items():
+                got = statistics.median(r["lat_p50_ms"] for r in rows if r["variant"] == variant and r["conc"] == 1)
+                assert figures[0 if version == "1.24" else 1] == pytest.approx(got, abs=0.0051), (version, variant)
+        idle = data["versions"][version]["idle_start"]
+        assert C._IDLE_MS_PER_S[version] == (round(idle["api_per_s"] * 1000), round(idle["etcd_per_s"] * 1000))
+
+
+def _workload(name: str) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name},
+            "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]}}
+
+
+ADMITTED = {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "",
+                            "lastTransitionTime": "2026-12-03T20:00:00Z"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "main", "flavors": {"nvidia.com/gpu": "gh200"}, "resourceUsage": {"nvidia.com/gpu": "1"},
+                 "count": 1}]}}
+
+
+async def _patch_status(session, api: ApiServer, name: str, status: dict) -> int:
+    wl = api.cluster.store.get(R.WORKLOADS.storage_key, (NS, name))
+    body = {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]}, "status": status}
+    async with session.patch(api.url + f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/{name}/status",
+                             data=orjson.dumps(body), headers={"Content-Type": "application/merge-patch+json"}) as r:
+        await r.read()
+        return r.status
+
+
+async def test_a_workload_status_patch_costs_what_kube_apiserver_1_24_used(session):
+    """At one connection kube-apiserver 1.24 spent 7.90 ms of CPU on a merge patch of a Workload's
+    status with resourceVersion (apiserver-costs.md, row c2), etcd 0.60 ms at sixteen (the profile's
+    etcd column); a second one that changes nothing cost the server 8.86 ms (row e2) and stored
+    nothing: no new resourceVersion."""
+    api = await start(REAL_1_24)
+    try:
+        api.cluster.create(R.WORKLOADS, NS, _workload("w"))
+        assert await _patch_status(session, api, "w", ADMITTED) == 200
+        s = api.costs.served[f"patch {WL_STATUS}"]
+        assert (round(s.cpu * 1000, 2), round(s.etcd * 1000, 2), s.noops) == (7.90, 0.60, 0)
+        rv = api.cluster.store.rv
+        assert await _patch_status(session, api, "w", ADMITTED) == 200
+        assert api.cluster.store.rv == rv
+        assert (round(s.cpu * 1000, 2), s.noops) == (round(7.90 + 8.86, 2), 1)
+    finally:
+        await api.stop()
+
+
+async def test_a_job_write_is_priced_by_its_form(session):
+    """Unsuspending a Job (1.24, one connection): a whole-object PUT 4.03 ms of the server's CPU, a
+    merge patch 4.16 ms, a strategic-merge patch 4.19 ms (rows d1-d3); creating one 4.10 ms (a)."""
+    api = await start(REAL_1_24)
+    url = api.url + f"/apis/batch/v1/namespaces/{NS}/jobs"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {
+        "suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}
+    try:
+        async with session.post(url, data=orjson.dumps(job), headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 201
+            stored = await r.json()
+        stored["spec"]["suspend"] = False
+        async with session.put(url + "/j", data=orjson.dumps(stored), headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200
+        for i, kind in enumerate(("merge-patch+json", "strategic-merge-patch+json")):
+            body = {"spec": {"suspend": i % 2 == 0}}
+            async with session.patch(url + "/j", data=orjson.dumps(body),
+                                     headers={"Content-Type": f"application/{kind}"}) as r:
+                assert r.status == 200
+        served = {k: round(v.cpu * 1000, 2) for k, v in api.costs.served.items()}
+        assert served["create jobs.batch"] == 4.10
+        assert served["update jobs.batch"] == 4.03
+        assert served["patch jobs.batch"] == round(4.16 + 4.19, 2)
+    finally:
+        await api.stop()
+
+
+def test_the_1_36_profile_is_priced_from_its_own_column():
+    from tests.standin.costs import MODELS, REAL_1_36
+    assert MODELS["real-1.36"] is REAL_1_36
+    assert round(REAL_1_36.cost("create", "jobs.batch").cpu * 1000, 2) == 2.94
+    assert round(REAL_1_36.cost("patch", WL_STATUS, content_type="application/merge-patch+json").cpu * 1000, 2) == 7.70
+    assert round(REAL_1_36.idle_cpu * 1000) == 17
+
+
+async def test_other_processes_on_the_machine_leave_the_server_fewer_cores(session):
+    """20 writes of 50 ms CPU on 2 cores take 0.5 s; with another process using one of them, 1 s."""
+    api = await start(model(cpu=0.05))
+    try:
+        api.costs.others_use(1.0)
+        t0 = time.monotonic()
+        results = await asyncio.gather(*(put(session, api, i) for i in range(20)))
+        took = time.monotonic() - t0
+    finally:
+        await api.stop()
+    assert [r[0] for r in results] == [200] * 20
+    assert 0.95 <= took < 1.5, took

@@ -20,7 +20,7 @@ from . import resources as R
 from . import managedfields
 from . import status as S
 from .auth import Authn, subject_access_review
-from .costs import CostedServer, CostModel, verb_of
+from .costs import MUTATING, CostedServer, CostModel, verb_of
 from .faults import EXEMPT_HEADER, Faults
 from .registry import CURRENT_USER, Cluster, Write
 from .resources import ResourceType
@@ -269,16 +269,18 @@ class ApiServer:
         return await self._dispatch(request, q, is_watch, fault)
 
     async def _costed(self, request: web.Request, q) -> web.StreamResponse:
-        """A seat, the request's CPU and etcd's commit (costs.py), then the answer."""
+        """A seat, the request's CPU and etcd's (costs.py), then the answer; a stored write's watch
+        events, or a write that changed nothing, priced after it."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        verb, resource, listed = "unknown", "unknown", 0
+        verb, resource, listed, storage_key = "unknown", "unknown", 0, ""
         try:
             route = _route(request.path, self.cluster.by_path)
             verb = verb_of(request.method, route.name is not None)
             resource = route.rt.group_resource + (f"/{route.subresource}" if route.subresource else "")
+            storage_key = route.rt.storage_key
             if verb == "list":
-                listed = len(self.cluster.store.kind(route.rt.storage_key))
+                listed = len(self.cluster.store.kind(storage_key))
         except S.ApiError:
             pass
         costs = self.costs
@@ -293,10 +295,21 @@ class ApiServer:
                 if apiservice is not None:
                     return await self.aggregator.proxy(request, apiservice)
             stats.queued += loop.time() - start
-            cost = costs.model.cost(verb, resource, listed)
+            cost = costs.model.cost(verb, resource, listed, request.content_type if verb == "patch" else "")
             stats.cpu += cost.cpu
+            stats.etcd += cost.etcd
             await costs.serve(cost)
+            writes = verb in MUTATING and storage_key
+            if writes:
+                try:  # the body before the handler: then nothing else runs between rv0 and its end
+                    await request.read()
+                except ConnectionResetError:
+                    return web.Response(status=499)
+            rv0 = self.cluster.store.rv
             resp = await self._dispatch(request, q, False, None)
+            if writes and resp.status < 300:
+                await costs.stored(cost, stats, self.cluster.store.rv != rv0,
+                                   len(self.cluster.store.watchers.get(storage_key, ())))
         finally:
             costs.release(ticket)
         stats.requests += 1
