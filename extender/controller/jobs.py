@@ -109,8 +109,9 @@ class JobSteering:
             while not predicate():
                 ev.clear()
                 try:
-                    await asyncio.wait_for(ev.wait(), 1.0)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(1.0):  # not wait_for: on 3.11 it can lose a cancellation
+                        await ev.wait()
+                except TimeoutError:
                     pass
         finally:
             self._waiters.pop(uid, None)

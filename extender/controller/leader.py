@@ -42,12 +42,14 @@ class LeaderElector:
                 # after its Lease expired and another replica took over.
                 limit = self._last_renew + self.renew_deadline - time.monotonic() if self.leading else None
                 try:
-                    await asyncio.wait_for(self._round(), None if limit is None else max(limit, 0.0))
+                    # not wait_for: on 3.11 it can lose a cancellation, and this loop would go on
+                    async with asyncio.timeout(None if limit is None else max(limit, 0.0)):
+                        await self._round()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the API is down: keep trying, step down if leading
                     log.warning("lease %s/%s: %s", self.namespace, self.name,
-                                "no answer before the renew deadline" if isinstance(exc, asyncio.TimeoutError) else exc)
+                                "no answer before the renew deadline" if isinstance(exc, TimeoutError) else exc)
                     if self.leading and time.monotonic() - self._last_renew >= self.renew_deadline:
                         await self._step_down("could not renew the lease in time")
                 await asyncio.sleep(self.retry_period)

@@ -115,12 +115,17 @@ class Writes:
         return await self.releases.wait(barrier)
 
     async def cancel_all(self) -> None:
-        """Cancel every write under way (the caller has stopped leading, so none starts anew)."""
+        """Cancel every write under way (the caller has stopped leading, so none starts anew).
+        Cancelled again until it ends: on Python 3.11 a cancellation that arrives as the awaited
+        future completes can be lost, and the write would then wait on forever (and this with it)."""
         while self._background:
             tasks = list(self._background)
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            done, _ = await asyncio.wait(tasks, timeout=0.1)
+            for t in done:
+                if not t.cancelled():
+                    t.exception()  # retrieved: logged where it was raised
         self._chains.clear()
         self.releases.cancel_all()
 

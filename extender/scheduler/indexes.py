@@ -38,9 +38,10 @@ class ViewIndexes:
         if self._change is None:
             self._change = asyncio.Event()
         try:
-            await asyncio.wait_for(self._change.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can lose a cancellation
+                await self._change.wait()
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     def workloads_behind(self, resource_version: str | None) -> bool:
