@@ -65,7 +65,6 @@ class JobSteering:
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
         self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
         self._deleting_excess: set[str] = set()  # uids of a group's excess pods being deleted
-        self._suspending: dict[str, _Suspensions] = {}  # Jobs with a suspension on the wire or waiting
 
     # -- pods -----------------------------------------------------------------------------------------------
     def on_pod(self, pod: dict) -> None:
@@ -120,11 +119,8 @@ class JobSteering:
     def job(self, st: JobState) -> dict | None:
         return st.kind.cached(self.informers).get(f"{st.namespace}/{st.name}")
 
-    async def _update(self, st: JobState, change: Callable[[dict], dict | None],
-                      base: dict | None = None) -> dict | None:
-        """`change` returns a new object (an adapter's edit) and leaves the one it is given as it was.
-        `base`: the object to judge first instead of the cached one (as the server returned it to a
-        write a moment ago, when the cache may not have it yet)."""
+    async def _update(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
+        """`change` returns a new object (an adapter's edit) and leaves the one it is given as it was."""
         def checked(job: dict) -> dict | None:
             if job["metadata"].get("uid") != st.uid:
                 return None
@@ -132,7 +128,7 @@ class JobSteering:
 
         if isinstance(st.kind, PodGroupKind):
             return await self._update_group(st, change)
-        cached = None if st.kind.deletes_to_stop else base or self.job(st)  # a pod's cached copy is trimmed
+        cached = None if st.kind.deletes_to_stop else self.job(st)  # a pod's cached copy is trimmed
         try:
             return await read_modify_write(self.kube, st.kind.kind, st.namespace, st.name, cached, checked,
                                            protect=_as_is)
@@ -293,7 +289,7 @@ class JobSteering:
         """Suspended - or, for a kind that cannot be (a pod), deleted, as Kueue stops a pod. Returns
         the object as written, None when nothing was (`unless()` true, already so, or gone)."""
         if not st.kind.deletes_to_stop:
-            return await self._suspend(st, lambda job: None if unless() else st.kind.suspend(job))
+            return await self._update(st, lambda job: None if unless() else st.kind.suspend(job))
         live = self.job(st)
         if unless() or live is None or live["metadata"].get("uid") != st.uid:
             return None
@@ -303,26 +299,6 @@ class JobSteering:
                 deleted = await self.kube.delete(K.PODS, st.namespace, pod["metadata"]["name"],
                                                  uid=pod["metadata"]["uid"]) or deleted
         return deleted
-
-    async def _suspend(self, st: JobState, change: Callable[[dict], dict | None]) -> dict | None:
-        """One suspension of a Job on the wire at a time. Another (its stop, on an event of the Job
-        while its eviction's suspension is under way) waits for it and is judged on what it wrote:
-        sent at once, both would go out with the same resourceVersion, and the loser cost a 409
-        and a read besides."""
-        s = self._suspending.get(st.key)
-        if s is None:
-            s = self._suspending[st.key] = _Suspensions()
-        s.users += 1
-        try:
-            async with s.lock:
-                written = await self._update(st, change, base=s.written)
-                if written is not None:
-                    s.written = written
-                return written
-        finally:
-            s.users -= 1
-            if not s.users:
-                del self._suspending[st.key]
 
     def delete_excess(self, pods: list[dict]) -> None:
         """A group's pods beyond its total count, deleted as Kueue deletes them (the newest); each
@@ -436,14 +412,3 @@ class JobSteering:
 
 def _as_is(obj: dict) -> dict:
     return obj
-
-
-class _Suspensions:
-    """The suspensions of one Job, in turn; `written`: the Job as the last of them wrote it."""
-
-    __slots__ = ("lock", "users", "written")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-        self.written: dict | None = None

@@ -40,6 +40,7 @@ class Fault:
     drop_after: int | None = None
     retry_after: int | None = None  # with status 429: kube-apiserver's own throttling answer, this Retry-After
     hits: int = 0
+    paths: list[str] = field(default_factory=list)  # the path of each request hit, in order
 
     def matches(self, method: str, path: str, is_watch: bool) -> bool:
         return (self.times > 0 and (self.method is None or self.method == method)
@@ -86,6 +87,7 @@ class Faults:
                     continue
                 fault.times -= 1
                 fault.hits += 1
+                fault.paths.append(path)
                 self.injected[fault.kind] += 1
                 return fault
         return None
