@@ -61,7 +61,7 @@ class JobSteering:
         self.resubmit_backoff = resubmit_backoff
         self.pods_by_owner: dict[str, set[str]] = {}
         self._indexed: dict[str, set[str]] = {}  # pod key -> the owners it is counted under
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, set[asyncio.Event]] = {}  # Job uid -> the waits for it to stop, one event each
         self.refused: list[str] = []  # keys whose new pod template the API refused (for tests/logs)
         self._stop_queued: set[str] = set()  # Jobs whose suspension (stop) is chained and not begun
         self._deleting_excess: set[str] = set()  # uids of a group's excess pods being deleted
@@ -98,12 +98,13 @@ class JobSteering:
 
     def poke(self, uid: str) -> None:
         """The Job or one of its pods changed: whoever waits for it to stop looks again."""
-        ev = self._waiters.get(uid)
-        if ev is not None:
+        for ev in self._waiters.get(uid, ()):
             ev.set()
 
     async def _wait_until(self, uid: str, predicate: Callable[[], bool]) -> None:
-        ev = self._waiters.setdefault(uid, asyncio.Event())
+        # an event of its own: a wait ending must not take away the wake-ups of another on the same Job
+        ev = asyncio.Event()
+        self._waiters.setdefault(uid, set()).add(ev)
         try:
             while not predicate():
                 ev.clear()
@@ -113,7 +114,10 @@ class JobSteering:
                 except TimeoutError:
                     pass
         finally:
-            self._waiters.pop(uid, None)
+            waits = self._waiters[uid]
+            waits.discard(ev)
+            if not waits:
+                del self._waiters[uid]
 
     # -- reads and read-modify-writes -------------------------------------------------------------------------
     def job(self, st: JobState) -> dict | None:
