@@ -545,19 +545,21 @@ class QuotaEngine:
         a = self._assignment(g)
         topology: dict = {}
         searched: set[tuple] = set()
+        first_unplaced: fa.Assignment | None = None
         while a.mode in (fa.FIT, fa.PREEMPT):
-            # The nodes are asked only once the quota would allow it (Kueue: quota first). Room a
-            # preemption would free on the nodes is not counted: no victim is evicted for a
-            # placement that may still not exist.
+            # The nodes are asked only once the quota would allow it (Kueue: quota first).
             topology, unplaced = self._placement(p.spec, a)
             if unplaced is None:
                 break
+            first_unplaced = first_unplaced or a
             # Kueue's next scheduling cycle resumes the flavor search after the flavors it stopped
             # at (LastTriedFlavorIdx), at once while some are left (PendingFlavors): done here in
-            # one go. Past the last flavor it waits, and starts again from the first.
+            # one go. Past the last flavor it preempts for room on the nodes in the first flavor
+            # where that helps, or waits, and starts again from the first.
             stopped = tuple(sorted(a.tried.items()))
             if not a.pending_flavors() or stopped in searched:
-                self._give_up(g, unplaced, d.TOPOLOGY_PLACEMENT_FAILED, out)
+                if not self._preempt_for_placement(g, first_unplaced, now, out):
+                    self._give_up(g, unplaced, d.TOPOLOGY_PLACEMENT_FAILED, out)
                 return
             searched.add(stopped)
             a = self._assign(g, {k: i + 1 for k, i in a.tried.items()})
@@ -591,6 +593,34 @@ class QuotaEngine:
     def _targets(self, wl: WorkloadSpec, cq: str, a: fa.Assignment) -> list[Target]:
         return self.preemptor.get_targets(wl, cq, a.usage, a.resources_needing_preemption())
 
+    def _preempt_for_placement(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision]) -> bool:
+        """The quota would take the workload but the nodes do not hold its pods now: evict the
+        fewest workloads, by the ClusterQueue's preemption policies, whose going makes room for
+        both (Kueue's preemption with TAS). False when none would."""
+        p = g.members[0]
+        if self.fair_sharing is not None or p.spec.key in self._preempted_in_pass:
+            return False  # (fair sharing's victim search does not ask the nodes)
+        placing = {f for fs in a.flavors_by_pod_set().values() for f in fs.values()
+                   if f in self.state.flavors and self.state.flavors[f].needs_placement}
+        frs = {fr for fr in a.usage if fr[0] in placing}
+
+        def fits(victims: list) -> bool:
+            return self._placement(p.spec, a, victims)[1] is None
+
+        # every victim the policies allow gone first: when even that leaves no room, search no further
+        if not fits(self.preemptor.find_candidates(p.spec, g.cq, frs)):
+            return False
+        targets = self.preemptor.targets_for_placement(p.spec, g.cq, a.usage, frs, fits)
+        if not targets:
+            return False
+        topology, unplaced = self._placement(p.spec, a, [t.victim for t in targets])
+        if unplaced is not None:  # cannot be: the search checked this very set; then wait as without it
+            return False
+        for t in targets:
+            self._preempt(t, p.spec.key, g.cq, now, out)
+        self._admit(g, a, now, out, tuple(t.victim.spec.key for t in targets), topology)
+        return True
+
     def _preempt(self, t: Target, preemptor: str, preemptor_cq: str, now: float, out: list[d.Decision]) -> None:
         victim = t.victim
         vcq = victim.admission.cluster_queue
@@ -599,7 +629,8 @@ class QuotaEngine:
         self.preemption_count += 1
         out.append(d.Preempted(victim.spec.key, vcq, preemptor, preemptor_cq, t.reason))
 
-    def _placement(self, wl: WorkloadSpec, a: fa.Assignment) -> tuple[dict, str | None]:
+    def _placement(self, wl: WorkloadSpec, a: fa.Assignment, victims: list | tuple = ()) -> tuple[dict, str | None]:
+        """`victims`: admitted workloads counted as gone, their pods' room free."""
         flavors = a.flavors_by_pod_set()
         specs = self.state.flavors
         asks = any(ps.topology is not None for ps in wl.pod_sets)
@@ -607,8 +638,9 @@ class QuotaEngine:
             return {}, None
         if self.nodes is None:  # nothing tells where the nodes stand (the simulator): quota alone
             return {}, None
-        admitted = ((w.spec, w.admission) for w in self.state.admitted.values())
-        return tas.place(wl, flavors, specs, admitted, self.nodes)
+        gone = {v.spec.key for v in victims}
+        admitted = ((w.spec, w.admission) for w in self.state.admitted.values() if w.spec.key not in gone)
+        return tas.place(wl, flavors, specs, admitted, self.nodes, [(v.spec, v.admission) for v in victims])
 
     def _admit(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...],
                topology: dict | None = None) -> None:

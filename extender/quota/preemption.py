@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import heapq
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from gpuqueue.extender.quota import flavorassigner as fa
 from gpuqueue.extender.quota.model import FlavorResource, WorkloadSpec
@@ -67,6 +67,9 @@ class ClassicalPreemptor:
         self.fair = fair
         self.now = 0.0
         self.spared: set[str] = set()  # workloads not to be chosen again (preempted once already now)
+        # during a search for room on the nodes (targets_for_placement): do the preemptor's pods
+        # fit the nodes with these victims gone?
+        self.placement: Callable[[list["AdmittedWorkload"]], bool] | None = None
 
     # -- candidates -------------------------------------------------------------
     def _own_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
@@ -114,6 +117,26 @@ class ClassicalPreemptor:
         return list(self.candidates(wl, cq_name, frs))
 
     # -- targets --------------------------------------------------------------------
+    def targets_for_placement(
+        self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource],
+        placement: Callable[[list["AdmittedWorkload"]], bool],
+    ) -> list[Target]:
+        """As get_targets, for a workload the quota would take but whose pods the nodes do not hold
+        now (TAS, as Kueue's preemption re-runs the topology assignment for each set of victims
+        tried): the fewest victims, in Kueue's order, after whose going both the quota and
+        `placement` say it fits."""
+        self.placement = placement
+        try:
+            return self.get_targets(wl, cq_name, request, frs)
+        finally:
+            self.placement = None
+
+    def _fits(self, cq_name: str, request: dict[FlavorResource, int], allow_borrowing: bool,
+              removed: Callable[[], list["AdmittedWorkload"]]) -> bool:
+        if not workload_fits(self.state, cq_name, request, allow_borrowing):
+            return False
+        return self.placement is None or self.placement(removed())
+
     def get_targets(
         self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource]
     ) -> list[Target]:
@@ -172,7 +195,7 @@ class ClassicalPreemptor:
                     reason = IN_COHORT_RECLAIM_WHILE_BORROWING
             state.remove_usage(cand)
             targets.append(Target(cand, reason))
-            if workload_fits(state, cq_name, request, allow_borrowing):
+            if self._fits(cq_name, request, allow_borrowing, lambda: [t.victim for t in targets]):
                 fits = True
                 break
         return self.conclude(cq_name, request, targets, fits, allow_borrowing)
@@ -201,7 +224,7 @@ class ClassicalPreemptor:
         kept = list(targets)
         for i in range(len(kept) - 2, -1, -1):
             state.add_usage(kept[i].victim)
-            if workload_fits(state, cq_name, request, allow_borrowing):
+            if self._fits(cq_name, request, allow_borrowing, lambda: [t.victim for j, t in enumerate(kept) if j != i]):
                 kept[i] = kept[-1]
                 kept.pop()
             else:

@@ -60,11 +60,14 @@ class _Free:
         return [n for n, node in self.nodes.items() if tuple(node.labels.get(k) for k in levels) == values]
 
 
-def _account(free: _Free, flavor: str, admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource) -> None:
+def _account(free: _Free, flavor: str, admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource,
+             released: Iterable[tuple[WorkloadSpec, Admission]]) -> None:
+    for wl, admission in released:  # preemption victims: what their pods hold on the nodes is counted free
+        for ps in _on_flavor(wl, admission, flavor):
+            for node, n in source.placed(wl, ps.name).items():
+                free.take(node, ps.per_pod, -n)
     for wl, admission in admitted:
-        for ps in wl.pod_sets:
-            if flavor not in admission.flavors_of(ps.name).values():
-                continue
+        for ps in _on_flavor(wl, admission, flavor):
             placed = source.placed(wl, ps.name)
             ta: TopologyAssignment | None = admission.topology.get(ps.name)
             if ta is None:
@@ -77,10 +80,17 @@ def _account(free: _Free, flavor: str, admitted: Iterable[tuple[WorkloadSpec, Ad
                 free.best_fit(names, ps.per_pod, waiting)
 
 
+def _on_flavor(wl: WorkloadSpec, admission: Admission, flavor: str) -> list[PodSetSpec]:
+    return [ps for ps in wl.pod_sets if flavor in admission.flavors_of(ps.name).values()]
+
+
 def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]], flavor_specs: Mapping[str, FlavorSpec],
-          admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource) -> tuple[dict[str, TopologyAssignment], str | None]:
+          admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource,
+          released: Sequence[tuple[WorkloadSpec, Admission]] = ()) -> tuple[dict[str, TopologyAssignment], str | None]:
     """The topology assignments of ``wl``'s pod sets on TAS flavors, or the first pod set that
-    does not fit and why (a message as Kueue's: ``couldn't assign flavors to pod set ...``)."""
+    does not fit and why (a message as Kueue's: ``couldn't assign flavors to pod set ...``).
+    ``released``: admitted workloads to count as gone (preemption victims being tried), pods and
+    all; ``admitted`` must not hold them."""
     admitted = list(admitted)
     frees: dict[str, _Free] = {}
     out: dict[str, TopologyAssignment] = {}
@@ -92,7 +102,7 @@ def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]],
             free = frees.get(spec.name)
             if free is None:
                 free = frees[spec.name] = _Free(source.nodes(spec))
-                _account(free, spec.name, admitted, source)
+                _account(free, spec.name, admitted, source, released)
             result = _place_pod_set(ps, spec, free)
             if isinstance(result, str):
                 return {}, f"couldn't assign flavors to pod set {ps.name}: {result}"
