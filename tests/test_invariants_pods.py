@@ -165,7 +165,7 @@ async def _tenant_step(rng: random.Random, loop: Loop, jobs: list[tuple[str, str
         verbs.filter_verb(body, loop.view)
         verbs.prioritize_verb(body, loop.view)
     elif op == "finish":
-        h.api.job_controller.succeed_pods(*target)
+        h.api.job_controller.succeed_pods(*target, bound_only=True)  # a kubelet ends only pods it runs
     elif op == "delete":
         h.api.cluster.delete(R.JOBS, *target, propagation="Background")  # kubectl delete: cascade background
     elif op == "restart":

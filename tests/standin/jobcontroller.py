@@ -108,8 +108,10 @@ class JobController(BackgroundLoop):
 
     # --- the kubelet's part, on request ----------------------------------------------------------------
 
-    def succeed_pods(self, namespace: str, job_name: str, count: int | None = None) -> int:
-        """Mark up to `count` active pods of the Job Succeeded via pods/status, as fixture 10 did."""
+    def succeed_pods(self, namespace: str, job_name: str, count: int | None = None, bound_only: bool = False) -> int:
+        """Mark up to `count` active pods of the Job Succeeded via pods/status, as fixture 10 did.
+        `bound_only`: only pods bound to a node, as a kubelet reports the end only of a pod it ran
+        (with a scheduler binding pods; tests without one end pods that never had a node)."""
         job = self.cluster.store.get(R.JOBS.storage_key, (namespace, job_name))
         if job is None:
             return 0
@@ -118,7 +120,7 @@ class JobController(BackgroundLoop):
         for pod in self._pods(job):
             if count is not None and done >= count:
                 break
-            if (pod.get("status") or {}).get("phase") not in ("Pending", "Running"):
+            if (pod.get("status") or {}).get("phase") not in ("Pending", "Running") or bound_only and not pod["spec"].get("nodeName"):
                 continue
             body = copy.deepcopy(pod)
             body["status"] = {**(pod.get("status") or {}), "phase": "Succeeded", "conditions": [

@@ -277,8 +277,8 @@ class Scheduler(BackgroundLoop):
 
     def _kubelet_runs(self, namespace: str, name: str) -> None:
         stored = self.cluster.store.get(R.PODS.storage_key, (namespace, name))
-        if stored is None:
-            return
+        if stored is None or (stored.get("status") or {}).get("phase") in TERMINAL:
+            return  # a kubelet never takes a pod out of a terminal phase
         body = self.cluster.render(R.PODS, stored)
         body["status"] = {**(body.get("status") or {}), "phase": "Running",
                           "startTime": rules.fmt_time(rules.now())}
