@@ -24,6 +24,7 @@ from gpuqueue.extender.quota.preemption import ClassicalPreemptor, Target
 from gpuqueue.extender.quota.queues import ClusterQueueQueue, PendingGroup
 from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState, PendingWorkload
 from gpuqueue.extender.quota.tas import capacity as tas
+from gpuqueue.extender.quota.tas.room import CachedNodes, Room
 from gpuqueue.api.labelselector import selector_matches
 
 MAX_ROUNDS_PER_WORKLOAD = 50  # a safety net against a preemption cycle; never reached in practice
@@ -600,20 +601,27 @@ class QuotaEngine:
         p = g.members[0]
         if self.fair_sharing is not None or p.spec.key in self._preempted_in_pass:
             return False  # (fair sharing's victim search does not ask the nodes)
-        placing = {f for fs in a.flavors_by_pod_set().values() for f in fs.values()
-                   if f in self.state.flavors and self.state.flavors[f].needs_placement}
-        frs = {fr for fr in a.usage if fr[0] in placing}
+        specs = self.state.flavors
+        placing = [specs[f] for f in sorted({f for fs in a.flavors_by_pod_set().values() for f in fs.values()})
+                   if f in specs and specs[f].needs_placement]
+        frs = {fr for fr in a.usage if fr[0] in {f.name for f in placing}}
+        nodes = CachedNodes(self.nodes)
 
-        def fits(victims: list) -> bool:
-            return self._placement(p.spec, a, victims)[1] is None
+        def place(victims) -> set[str] | None:
+            used: set[str] = set()
+            return used if self._placement(p.spec, a, victims, nodes, used)[1] is None else None
 
+        def touches(victim) -> set[str]:
+            return set().union(*(nodes.held(victim.spec, victim.admission, f) for f in placing))
+
+        room = Room(place, touches)
         # every victim the policies allow gone first: when even that leaves no room, search no further
-        if not fits(self.preemptor.find_candidates(p.spec, g.cq, frs)):
+        if not room.fits(self.preemptor.find_candidates(p.spec, g.cq, frs)):
             return False
-        targets = self.preemptor.targets_for_placement(p.spec, g.cq, a.usage, frs, fits)
+        targets = self.preemptor.targets_for_placement(p.spec, g.cq, a.usage, frs, room)
         if not targets:
             return False
-        topology, unplaced = self._placement(p.spec, a, [t.victim for t in targets])
+        topology, unplaced = self._placement(p.spec, a, [t.victim for t in targets], nodes)
         if unplaced is not None:  # cannot be: the search checked this very set; then wait as without it
             return False
         for t in targets:
@@ -629,8 +637,10 @@ class QuotaEngine:
         self.preemption_count += 1
         out.append(d.Preempted(victim.spec.key, vcq, preemptor, preemptor_cq, t.reason))
 
-    def _placement(self, wl: WorkloadSpec, a: fa.Assignment, victims: list | tuple = ()) -> tuple[dict, str | None]:
-        """`victims`: admitted workloads counted as gone, their pods' room free."""
+    def _placement(self, wl: WorkloadSpec, a: fa.Assignment, victims: list | tuple = (),
+                   nodes: tas.NodeSource | None = None, used: set[str] | None = None) -> tuple[dict, str | None]:
+        """`victims`: admitted workloads counted as gone, their pods' room free; `nodes`: instead
+        of the engine's own; `used`: given, gets the nodes the pods would take."""
         flavors = a.flavors_by_pod_set()
         specs = self.state.flavors
         asks = any(ps.topology is not None for ps in wl.pod_sets)
@@ -640,7 +650,7 @@ class QuotaEngine:
             return {}, None
         gone = {v.spec.key for v in victims}
         admitted = ((w.spec, w.admission) for w in self.state.admitted.values() if w.spec.key not in gone)
-        return tas.place(wl, flavors, specs, admitted, self.nodes, [(v.spec, v.admission) for v in victims])
+        return tas.place(wl, flavors, specs, admitted, nodes or self.nodes, [(v.spec, v.admission) for v in victims], used)
 
     def _admit(self, g: PendingGroup, a: fa.Assignment, now: float, out: list[d.Decision], victims: tuple[str, ...],
                topology: dict | None = None) -> None:

@@ -18,6 +18,7 @@ from gpuqueue.extender.quota.model import FlavorResource, WorkloadSpec
 
 if TYPE_CHECKING:
     from gpuqueue.extender.quota.state import AdmittedWorkload, ClusterState
+    from gpuqueue.extender.quota.tas.room import Room
     from gpuqueue.extender.quota.tree import QuotaNode
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
@@ -67,9 +68,7 @@ class ClassicalPreemptor:
         self.fair = fair
         self.now = 0.0
         self.spared: set[str] = set()  # workloads not to be chosen again (preempted once already now)
-        # during a search for room on the nodes (targets_for_placement): do the preemptor's pods
-        # fit the nodes with these victims gone?
-        self.placement: Callable[[list["AdmittedWorkload"]], bool] | None = None
+        self.room: "Room | None" = None  # during a search for room on the nodes (targets_for_placement)
 
     # -- candidates -------------------------------------------------------------
     def _own_candidates(self, wl: WorkloadSpec, cq_name: str, frs: set[FlavorResource]) -> Iterator["AdmittedWorkload"]:
@@ -119,23 +118,23 @@ class ClassicalPreemptor:
     # -- targets --------------------------------------------------------------------
     def targets_for_placement(
         self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource],
-        placement: Callable[[list["AdmittedWorkload"]], bool],
+        room: "Room",
     ) -> list[Target]:
         """As get_targets, for a workload the quota would take but whose pods the nodes do not hold
         now (TAS, as Kueue's preemption re-runs the topology assignment for each set of victims
         tried): the fewest victims, in Kueue's order, after whose going both the quota and
-        `placement` say it fits."""
-        self.placement = placement
+        the nodes (`room`) say it fits."""
+        self.room = room
         try:
             return self.get_targets(wl, cq_name, request, frs)
         finally:
-            self.placement = None
+            self.room = None
 
     def _fits(self, cq_name: str, request: dict[FlavorResource, int], allow_borrowing: bool,
               removed: Callable[[], list["AdmittedWorkload"]]) -> bool:
         if not workload_fits(self.state, cq_name, request, allow_borrowing):
             return False
-        return self.placement is None or self.placement(removed())
+        return self.room is None or self.room.fits(removed())
 
     def get_targets(
         self, wl: WorkloadSpec, cq_name: str, request: dict[FlavorResource, int], frs: set[FlavorResource]
@@ -182,6 +181,7 @@ class ClassicalPreemptor:
         state = self.state
         targets: list[Target] = []
         fits = False
+        quota_fits: list[tuple[int, bool]] = []  # with nodes to ask: (victims, allow_borrowing) where the quota fits
         for cand in candidates:
             cand_cq = cand.admission.cluster_queue
             same = cand_cq == cq_name
@@ -195,10 +195,37 @@ class ClassicalPreemptor:
                     reason = IN_COHORT_RECLAIM_WHILE_BORROWING
             state.remove_usage(cand)
             targets.append(Target(cand, reason))
-            if self._fits(cq_name, request, allow_borrowing, lambda: [t.victim for t in targets]):
+            if self.room is not None:
+                if workload_fits(state, cq_name, request, allow_borrowing):
+                    quota_fits.append((len(targets), allow_borrowing))
+            elif workload_fits(state, cq_name, request, allow_borrowing):
                 fits = True
                 break
+        if self.room is not None:
+            fits, allow_borrowing = self._first_placed(targets, quota_fits, allow_borrowing)
         return self.conclude(cq_name, request, targets, fits, allow_borrowing)
+
+    def _first_placed(self, targets: list[Target], quota_fits: list[tuple[int, bool]],
+                      allow_borrowing: bool) -> tuple[bool, bool]:
+        """Where the loop above, asking the nodes at each step, would have stopped: the first of the
+        steps at which the quota fits where the placement does too, found by bisection (each victim
+        more only frees room: asking the nodes once per victim costs a whole placement each).
+        The victims after it are given back."""
+        assert self.room is not None
+        lo, hi, found = 0, len(quota_fits) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self.room.fits([t.victim for t in targets[:quota_fits[mid][0]]]):
+                found, hi = mid, mid - 1
+            else:
+                lo = mid + 1
+        if found is None:
+            return False, allow_borrowing
+        taken, allow_borrowing = quota_fits[found]
+        for t in targets[taken:]:
+            self.state.add_usage(t.victim)
+        del targets[taken:]
+        return True, allow_borrowing
 
     def conclude(
         self, cq_name: str, request: dict[FlavorResource, int], targets: list[Target], fits: bool, allow_borrowing: bool
@@ -222,14 +249,54 @@ class ClassicalPreemptor:
         still fits without."""
         state = self.state
         kept = list(targets)
+        if self.room is not None:
+            given = self._give_back(cq_name, request, kept, allow_borrowing)
         for i in range(len(kept) - 2, -1, -1):
-            state.add_usage(kept[i].victim)
-            if self._fits(cq_name, request, allow_borrowing, lambda: [t.victim for j, t in enumerate(kept) if j != i]):
+            if self.room is not None:
+                back = i in given
+            else:
+                state.add_usage(kept[i].victim)
+                back = workload_fits(state, cq_name, request, allow_borrowing)
+                if not back:
+                    state.remove_usage(kept[i].victim)
+            if back:
                 kept[i] = kept[-1]
                 kept.pop()
-            else:
-                state.remove_usage(kept[i].victim)
         return kept
+
+    def _give_back(self, cq_name: str, request: dict[FlavorResource, int], kept: list[Target],
+                   allow_borrowing: bool) -> set[int]:
+        """fill_back's choice when the nodes are asked too: the indices it gives back, a run of them
+        at a time - when the workload still fits with a whole run given back, it fits with each of
+        them given back in turn - and a run that does not, in halves. The victims away from the room
+        found are tried first, as one run; then the others in fill_back's order."""
+        state = self.state
+        given: set[int] = set()
+
+        def kept_victims() -> list["AdmittedWorkload"]:
+            return [t.victim for j, t in enumerate(kept) if j not in given]
+
+        def give(run: list[int]) -> None:
+            for i in run:
+                state.add_usage(kept[i].victim)
+                given.add(i)
+            if self._fits(cq_name, request, allow_borrowing, kept_victims):
+                return
+            for i in run:
+                state.remove_usage(kept[i].victim)
+                given.discard(i)
+            if len(run) > 1:
+                give(run[:len(run) // 2])
+                give(run[len(run) // 2:])
+
+        assert self.room is not None
+        order = list(range(len(kept) - 2, -1, -1))
+        away = self.room.outside([kept[i].victim for i in order])
+        first = [i for i in order if kept[i].victim.spec.key in away]
+        for run in (first, [i for i in order if kept[i].victim.spec.key not in away]):
+            if run:
+                give(run)
+        return given
 
     # -- the flavor assigner's oracle ---------------------------------------------------
     def simulate(self, cq_name: str, wl: WorkloadSpec, fr: FlavorResource, val: int) -> tuple[int, int]:

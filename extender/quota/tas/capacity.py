@@ -33,6 +33,7 @@ class _Free:
     def __init__(self, nodes: Sequence[NodeCapacity]) -> None:
         self.nodes = {n.name: n for n in nodes}
         self.free = {n.name: dict(n.free) for n in nodes}
+        self._domains: dict[tuple[str, ...], dict[tuple, list[str]]] = {}  # levels -> values -> node names
 
     def take(self, node: str, per_pod: Mapping[str, int], pods: int) -> None:
         free = self.free.get(node)
@@ -55,9 +56,14 @@ class _Free:
         return [NodeCapacity(n.name, n.labels, self.free[n.name], n.taints) for n in self.nodes.values()]
 
     def in_domain(self, levels: tuple[str, ...], values: tuple[str, ...]) -> list[str]:
-        if levels == (HOSTNAME_LABEL,):
-            return [n for n, node in self.nodes.items() if node.labels.get(HOSTNAME_LABEL, n) == values[0]]
-        return [n for n, node in self.nodes.items() if tuple(node.labels.get(k) for k in levels) == values]
+        index = self._domains.get(levels)
+        if index is None:  # once per set of levels: asked once per admitted workload's domain
+            index = self._domains[levels] = {}
+            for n, node in self.nodes.items():
+                key = ((node.labels.get(HOSTNAME_LABEL, n),) if levels == (HOSTNAME_LABEL,)
+                       else tuple(node.labels.get(k) for k in levels))
+                index.setdefault(key, []).append(n)
+        return index.get(tuple(values), [])
 
 
 def _account(free: _Free, flavor: str, admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource,
@@ -86,11 +92,12 @@ def _on_flavor(wl: WorkloadSpec, admission: Admission, flavor: str) -> list[PodS
 
 def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]], flavor_specs: Mapping[str, FlavorSpec],
           admitted: Iterable[tuple[WorkloadSpec, Admission]], source: NodeSource,
-          released: Sequence[tuple[WorkloadSpec, Admission]] = ()) -> tuple[dict[str, TopologyAssignment], str | None]:
+          released: Sequence[tuple[WorkloadSpec, Admission]] = (),
+          used: set[str] | None = None) -> tuple[dict[str, TopologyAssignment], str | None]:
     """The topology assignments of ``wl``'s pod sets on TAS flavors, or the first pod set that
     does not fit and why (a message as Kueue's: ``couldn't assign flavors to pod set ...``).
     ``released``: admitted workloads to count as gone (preemption victims being tried), pods and
-    all; ``admitted`` must not hold them."""
+    all; ``admitted`` must not hold them. ``used``: given, gets the nodes the pods would take."""
     admitted = list(admitted)
     frees: dict[str, _Free] = {}
     out: dict[str, TopologyAssignment] = {}
@@ -108,6 +115,8 @@ def place(wl: WorkloadSpec, flavors_by_pod_set: Mapping[str, Mapping[str, str]],
                 return {}, f"couldn't assign flavors to pod set {ps.name}: {result}"
             for node, n in result.per_node.items():
                 free.take(node, ps.per_pod, n)
+            if used is not None:
+                used.update(result.per_node)
             if spec.topology_name is not None:
                 out[ps.name] = result.assignment
     return out, None
