@@ -102,6 +102,20 @@ def test_the_victims_are_those_that_free_the_rack_not_those_the_quota_alone_woul
     assert preempted(lines) == on(admitted, {"r0-n0", "r0-n1"}) == {f"b/borrow-{i}" for i in range(4)}
 
 
+def test_on_a_placement_aware_flavor_too_the_lender_reclaims_whole_nodes():
+    # gpuqueue's own placement-aware flavor (no Topology): 2-GPU borrowers fill every node; the
+    # lender's two 4-GPU pods need two whole nodes, so the borrowers of two nodes go
+    world = WORLD.replace("metadata: {name: gh200}\nspec: {topologyName: racks}",
+                          "metadata: {name: gh200, annotations: {gpuqueue.io/placement-aware: \"true\"}}\nspec: {}")
+    docs = "---\n".join([world, *(node(n) for n in NODES), "apiVersion: gpuqueue.io/v1alpha1\nkind: Scenario\nevents:\n"
+                         + submit(0, "b", "borrow", 2, count=8) + submit(10, "a", "train", 4, pods=2)])
+    lines = run(docs)
+    admitted = events(lines, "Admitted")
+    nodes = set(admitted["a/train-0"]["nodes"])
+    assert len(nodes) == 2
+    assert preempted(lines) == on(admitted, nodes) and len(on(admitted, nodes)) == 4
+
+
 def test_no_preemption_when_no_victims_would_make_room():
     # three 4-GPU pods in one rack of two nodes: no eviction helps; the borrowers keep running
     docs = scenario(submit(0, "b", "borrow", 4, count=4), submit(10, "a", "train", 4, pods=3, annotations=REQUIRED))
