@@ -67,6 +67,25 @@ def test_a_failure_while_a_helpful_event_happened_during_the_attempt_goes_to_bac
     assert q.due() == ["p"]
 
 
+@pytest.mark.parametrize("version, again", [(V1_24, 0.0), (CURRENT, 1.0)])
+def test_a_pod_updated_during_an_attempt_at_it_is_tried_again_not_parked(version, again):
+    # 1.24 PriorityQueue.Update puts a pod in no queue (in flight) in the active queue; current
+    # requeues a pod an in-flight event could help (any event, when the extender refused it)
+    clock = Clock()
+    q = SchedulingQueue(clock, version)
+    q.add("p", (0,))
+    q.attempt("p")
+    q.updated("p")  # e.g. an annotation written on the pod meanwhile
+    q.failed("p", error=False, by_extender=True)
+    clock.t = again
+    assert q.due() == ["p"]
+    # without the update it would wait for an event or the five-minute flush
+    q.attempt("p")
+    q.failed("p", error=False, by_extender=True)
+    clock.t = again + 20.0
+    assert q.due() == []
+
+
 def test_an_unknown_version_is_a_one_line_error():
     with pytest.raises(ValueError, match="one of 1.24, current"):
         SchedulingQueue(Clock(), "1.30")

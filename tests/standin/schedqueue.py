@@ -21,7 +21,9 @@ shared/data/kube-scheduler-retries.md):
   unschedulable (not for an ``Error``) is tried at once (SchedulerPopFromBackoffQ, on by default
   since 1.33). So an extender-refused pod is tried a second time right after its first attempt.
 
-A pod's own update (not its status) moves it too, in both. Moving a pod whose backoff is not over
+A pod's own update (not its status) moves it too, in both; one that comes during an attempt at it
+sends it to be tried again when the attempt fails (1.24: to the active pods at once; current: to
+backoff). Moving a pod whose backoff is not over
 puts it in backoff, as kube-scheduler does; and a pod that fails while such an event happened
 during its attempt goes to backoff rather than the unschedulable pods (moveRequestCycle).
 """
@@ -108,6 +110,8 @@ class Queued:
     cycle: int = 0  # the scheduling cycle of its last attempt
     error: bool = False  # its last attempt ended in an extender Error
     by_extender: bool = False  # ... or in the extender refusing every node (no plugin rejected it)
+    in_flight: bool = False  # an attempt at it is under way
+    updated_in_flight: bool = False  # ... and the pod itself changed meanwhile
 
     @property
     def backoff_until(self) -> float:
@@ -137,7 +141,9 @@ class SchedulingQueue:
     def updated(self, uid: str) -> None:
         """The pod itself changed (not its status): as a cluster event, for it alone."""
         q = self.pods.get(uid)
-        if q is not None and q.where == UNSCHEDULABLE:
+        if q is not None and q.in_flight:
+            q.updated_in_flight = True
+        elif q is not None and q.where == UNSCHEDULABLE:
             self._move(q)
 
     def status_updated(self, uid: str) -> None:
@@ -165,6 +171,7 @@ class SchedulingQueue:
         q = self.pods.get(uid)
         if q is not None:
             q.cycle = self.cycle
+            q.in_flight, q.updated_in_flight = True, False
 
     def failed(self, uid: str, *, error: bool, by_extender: bool = False) -> None:
         """An attempt failed: no node fits (``error`` False; ``by_extender``: the extender refused
@@ -176,6 +183,13 @@ class SchedulingQueue:
         q.attempts += 1
         q.last_try = q.since = now
         q.error, q.by_extender = error, by_extender or error
+        q.in_flight = False
+        if q.updated_in_flight:
+            # 1.24: the update put the pod in the active queue beside the attempt (Update: "not in any
+            # of the queues"), and a pod active already is not parked; current: an event during the
+            # attempt that could help it (any, when no plugin rejected it) requeues it
+            q.where = ACTIVE if self.version == V1_24 else BACKOFF
+            return
         parked = not (error and self.version == CURRENT) and self.move_cycle < q.cycle
         q.where = UNSCHEDULABLE if parked else BACKOFF
 
