@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_query
 
 from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import parked_pods
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
@@ -92,6 +93,14 @@ class JobSteering:
 
     def _owners(self, pod: dict) -> set[str]:
         return self.owners.uids(pod)
+
+    async def retry_parked(self, st: JobState) -> None:
+        """The Job's pods that kube-scheduler parked before this admission (parked_pods.py)."""
+        cache = self.informers.get("pods")
+        if cache is None or st.kind.deletes_to_stop:
+            return
+        pods = (cache.get(key) for key in sorted(self.pods_by_owner.get(st.uid, ())))
+        await parked_pods.retry(self.kube, (p for p in pods if p is not None))
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)

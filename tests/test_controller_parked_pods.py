@@ -1,0 +1,79 @@
+"""A pod kube-scheduler parked because the extender refused it before its workload was admitted (its
+owner started the Job while it was pending or being evicted) is tried again once the admission is
+written: the controller writes an annotation on it, an update of the pod itself, which moves it out
+of the unschedulable pods on 1.24 and current alike (parked_pods.py). Without it the pod waits for an
+unrelated cluster event or the five-minute flush. Against the stand-in kube-scheduler's queue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+
+from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller import parked_pods
+from tests.controller_support import Harness, eventually
+from tests.standin import resources as R
+from tests.standin.schedqueue import CURRENT, V1_24, RealClock
+from tests.standin.scheduler import Scheduler
+
+GPU = "nvidia.com/gpu"
+
+
+def gpu_pod(name: str, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"containers": [{"name": "w", "image": "x", "resources": {"limits": {GPU: "1"}}}], **spec}}
+
+
+@pytest.mark.parametrize("version", [V1_24, CURRENT])
+async def test_a_refused_pod_is_bound_at_once_after_its_admission(version):
+    admitted = False
+
+    async def extender(verb: str, body: bytes) -> bytes:
+        names = orjson.loads(body)["NodeNames"]
+        if verb != "filter" or admitted:
+            return orjson.dumps({"NodeNames": names} if verb == "filter" else [{"Host": n, "Score": 1} for n in names])
+        return orjson.dumps({"NodeNames": [], "FailedNodes": {n: "gpuqueue: not admitted yet" for n in names}})
+
+    async with Harness() as h:
+        await h.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                       "status": {"allocatable": {GPU: "8", "cpu": "8", "memory": "8Gi", "pods": "110"}}})
+        await h.namespace("team-a")
+        scheduler = Scheduler(h.api.cluster, extender, version=version, clock=RealClock())
+        scheduler.start()
+        try:
+            await h.kube.create(K.PODS, "team-a", gpu_pod("early"))
+
+            def pod() -> dict:
+                return h.api.cluster.store.get(R.PODS.storage_key, ("team-a", "early"))
+
+            # refused, and parked (current tries it once more at once, moved by its own PodScheduled write)
+            await eventually(lambda: scheduler.attempts >= (2 if version == CURRENT else 1) and any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for c in (pod().get("status") or {}).get("conditions") or ()), what="the pod refused")
+            admitted = True
+            await asyncio.sleep(1.5)  # past any backoff: parked, nothing moves it
+            assert not pod()["spec"].get("nodeName")
+            start = time.monotonic()
+            assert await parked_pods.retry(h.kube, [pod()]) == 1
+            await eventually(lambda: pod()["spec"].get("nodeName") == "n1", timeout=3, what="the pod bound")
+            assert time.monotonic() - start < 1.0
+            assert pod()["metadata"]["annotations"][parked_pods.RETRY_ANNOTATION]
+        finally:
+            await scheduler.stop()
+
+
+async def test_only_pods_waiting_for_a_node_are_written():
+    async with Harness() as h:
+        await h.namespace("team-a")
+        pods = [gpu_pod("waiting"), gpu_pod("bound", nodeName="n1"),
+                gpu_pod("gated", schedulingGates=[{"name": "kueue.x-k8s.io/topology"}])]
+        for p in pods:
+            await h.kube.create(K.PODS, "team-a", p)
+        stored = [h.api.cluster.store.get(R.PODS.storage_key, ("team-a", p["metadata"]["name"])) for p in pods]
+        assert await parked_pods.retry(h.kube, stored) == 1
+        annotated = {p["metadata"]["name"] for p in h.api.cluster.store.kind(R.PODS.storage_key).values()
+                     if parked_pods.RETRY_ANNOTATION in (p["metadata"].get("annotations") or {})}
+        assert annotated == {"waiting"}
