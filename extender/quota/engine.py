@@ -616,7 +616,8 @@ class QuotaEngine:
 
         room = Room(place, touches)
         # every victim the policies allow gone first: when even that leaves no room, search no further
-        if not room.fits(self.preemptor.find_candidates(p.spec, g.cq, frs)):
+        candidates = self.preemptor.find_candidates(p.spec, g.cq, frs)
+        if not candidates or not room.fits(candidates):
             return False
         targets = self.preemptor.targets_for_placement(p.spec, g.cq, a.usage, frs, room)
         if not targets:
