@@ -74,6 +74,7 @@ async def test_only_pods_waiting_for_a_node_are_written():
             await h.kube.create(K.PODS, "team-a", p)
         stored = [h.api.cluster.store.get(R.PODS.storage_key, ("team-a", p["metadata"]["name"])) for p in pods]
         assert await parked_pods.retry(h.kube, stored) == 1
+        assert await parked_pods.retry(h.kube, stored, limit=0) == 0  # a tenant's pods beyond the admission
         annotated = {p["metadata"]["name"] for p in h.api.cluster.store.kind(R.PODS.storage_key).values()
                      if parked_pods.RETRY_ANNOTATION in (p["metadata"].get("annotations") or {})}
         assert annotated == {"waiting"}

@@ -94,13 +94,14 @@ class JobSteering:
     def _owners(self, pod: dict) -> set[str]:
         return self.owners.uids(pod)
 
-    async def retry_parked(self, st: JobState) -> None:
-        """The Job's pods that kube-scheduler parked before this admission (parked_pods.py)."""
+    async def retry_parked(self, st: JobState, admission: Admission) -> None:
+        """The Job's pods that kube-scheduler parked before this admission (parked_pods.py): as
+        many as it admitted at most, so a tenant's extra pods cost no write each."""
         cache = self.informers.get("pods")
         if cache is None or st.kind.deletes_to_stop:
             return
         pods = (cache.get(key) for key in sorted(self.pods_by_owner.get(st.uid, ())))
-        await parked_pods.retry(self.kube, (p for p in pods if p is not None))
+        await parked_pods.retry(self.kube, (p for p in pods if p is not None), limit=sum(admission.counts.values()))
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)

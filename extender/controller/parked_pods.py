@@ -26,11 +26,13 @@ def parked(pod: dict) -> bool:
     return not (spec.get("nodeName") or meta.get("deletionTimestamp") or spec.get("schedulingGates"))
 
 
-async def retry(kube: KubeApi, pods: Iterable[dict]) -> int:
-    """Moves each parked pod back to be scheduled; returns how many were written."""
+async def retry(kube: KubeApi, pods: Iterable[dict], limit: int | None = None) -> int:
+    """Moves each parked pod back to be scheduled, `limit` at most; returns how many were written."""
     stamp = f"{time.time():.3f}"
     done = 0
     for pod in pods:
+        if limit is not None and done >= limit:
+            break
         if not parked(pod):
             continue
         meta = pod["metadata"]

@@ -241,7 +241,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
                 self.events.on_workload(st, uid, "Admitted", f"Admitted by ClusterQueue {cq}, wait time since "
                                         "reservation was 0s")
             await self.jobs.unsuspend(st, admission, flavors, resumed)
-            await self.jobs.retry_parked(st)
+            await self.jobs.retry_parked(st, admission)
 
         self.writes.chain(st.key, write, call_class=URGENT)
 
