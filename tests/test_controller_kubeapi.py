@@ -91,6 +91,29 @@ async def test_a_waiting_call_promoted_goes_after_the_urgent_ones_already_waitin
     assert not slots.promote("create-workload:ns/job")  # done: forgotten
 
 
+async def test_a_call_moved_to_the_front_of_a_class_goes_before_its_earlier_calls_after_the_urgent():
+    import asyncio
+
+    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+
+    slots = Slots(1)
+    await slots.take(ORDINARY)
+    order: list[str] = []
+
+    call = recording(slots, order)
+
+    tasks = [asyncio.ensure_future(call(name, cls, tag)) for name, cls, tag in (
+        ("creation-1", ORDINARY, None), ("creation-2", ORDINARY, None), ("status-a", INFORM, "status-a"),
+        ("status-b", INFORM, "status-b"), ("urgent", URGENT, None), ("event", INFORM, None))]
+    await asyncio.sleep(0)
+    assert slots.promote("status-a", ORDINARY, front=True)
+    assert slots.promote("status-b", ORDINARY, front=True)
+    assert not slots.promote("status-a", ORDINARY, front=True)  # there already
+    slots.give()
+    await asyncio.gather(*tasks)
+    assert order == ["urgent", "status-a", "status-b", "creation-1", "creation-2", "event"]
+
+
 async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
     import asyncio
 

@@ -122,6 +122,7 @@ class Controller:
                                                        self.workload_writes, self.events, self.mark_dirty)
         self.queue_status = QueueStatus(self.kube, self.informers["clusterqueues"], self.informers["localqueues"],
                                         self.metrics, self.workload_writes.evicting, o.status_interval,
+                                        o.status_max_delay,
                                         engine=lambda: self.engine if self.leader and self.recovered else None)
         self.quota_objects = QuotaObjects(self.priorities, self.queue_view, lambda: self.engine,
                                           lambda: self.writes.releases.regroup(), self.queue_status.changed,

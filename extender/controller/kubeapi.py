@@ -49,6 +49,7 @@ class Slots:
         # future set to None (promote, withdraw: no search through thousands of waiting calls)
         self._waiting: tuple[list[list], ...] = tuple([] for _ in (URGENT, ORDINARY, INFORM))
         self._arrivals = itertools.count()
+        self._ahead = itertools.count(-(1 << 62))  # arrivals of calls moved to the front of a class
         self._class_of: dict[asyncio.Future, int] = {}  # the futures waiting, and their class now
         self._queued = [0, 0, 0]  # how many wait, per class
         self._tagged: dict[str, tuple[int, list]] = {}  # tag -> (class, heap entry) of a waiting call
@@ -80,13 +81,14 @@ class Slots:
             if tag is not None and tag in self._tagged and self._tagged[tag][1][1] is fut:
                 del self._tagged[tag]
 
-    def promote(self, tag: str, cls: int = URGENT) -> bool:
-        """Move the waiting call tagged `tag` to the back of the more urgent class `cls`."""
+    def promote(self, tag: str, cls: int = URGENT, front: bool = False) -> bool:
+        """Move the waiting call tagged `tag` to the back of the more urgent class `cls` (to its
+        front, after the calls moved there before, with `front`)."""
         found = self._tagged.get(tag)
         if found is None or found[0] <= cls or found[1][1] is None or found[1][1].done():
             return False
         old, entry = found
-        moved = [next(self._arrivals), entry[1]]
+        moved = [next(self._ahead if front else self._arrivals), entry[1]]
         entry[1] = None
         heapq.heappush(self._waiting[cls], moved)
         self._class_of[moved[1]] = cls
@@ -168,9 +170,10 @@ class KubeApi:
                                              **extra) as resp:
             return resp.status, resp.reason or "", await resp.read(), resp.headers.get("Retry-After")
 
-    def promote(self, tag: str) -> bool:
-        """A waiting call tagged `tag` (CALL_TAG) goes with the urgent ones from now on."""
-        return self._slots.promote(tag)
+    def promote(self, tag: str, cls: int = URGENT, front: bool = False) -> bool:
+        """A waiting call tagged `tag` (CALL_TAG) goes with class `cls` (the urgent ones) from now
+        on: last of them, or first with `front`."""
+        return self._slots.promote(tag, cls, front)
 
     def waiting(self, cls: int = INFORM) -> int:
         """Calls waiting for a connection in class `cls` or a more urgent one (writes behind)."""

@@ -20,6 +20,8 @@ class Options:
     # delayed every decision by up to twice a pass, and the large class's hand-offs did not gain
     pass_spacing: float = 0.0
     status_interval: float = 1.0  # at most one ClusterQueue/LocalQueue status write per queue per interval
+    # those writes give way to creations, admissions and releases for this long at most (queue_status.py)
+    status_max_delay: float = 15.0
     qps: float = 100.0
     burst: int = 200
     concurrency: int = 16

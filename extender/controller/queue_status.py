@@ -1,6 +1,9 @@
 """ClusterQueue and LocalQueue status written through the status subresource: at most once per
 queue per `status_interval`, only when something they show has changed, and only what differs
-from what the API holds (the status itself is computed in status.py)."""
+from what the API holds (the status itself is computed in status.py). The writes inform: they give
+way to creations, admissions and releases, but for `max_delay` at most; then they go before the
+creations (after admissions and releases). The queue gauges on /metrics cost no request: they follow the engine every
+`status_interval`, whether or not a write is under way."""
 
 from __future__ import annotations
 
@@ -10,11 +13,11 @@ from typing import Callable, Mapping
 
 from gpuqueue.extender.controller import kinds as K
 from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.kubeapi import CALL_CLASS, INFORM, KubeApi, is_status
+from gpuqueue.extender.controller.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.records import read_modify_write
-from gpuqueue.extender.controller.status import (cluster_queue_status, local_queue_active, local_queue_status,
-                                                 queue_counts, same_status)
+from gpuqueue.extender.controller.status import (QueueCounts, cluster_queue_status, local_queue_active,
+                                                 local_queue_status, queue_counts, same_status)
 from gpuqueue.kube import Informer
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import Admission
@@ -24,7 +27,7 @@ log = logging.getLogger("gpuqueue.controller")
 
 class QueueStatus:
     def __init__(self, kube: KubeApi, cluster_queues: Informer, local_queues: Informer, metrics: Metrics,
-                 evicting: Mapping[str, Admission], interval: float,
+                 evicting: Mapping[str, Admission], interval: float, max_delay: float,
                  engine: Callable[[], QuotaEngine | None]) -> None:
         """`evicting`: victims whose reservation still stands in the API (they count as reserving);
         `engine`: the engine whose counts to show, None while this replica should not write."""
@@ -33,37 +36,70 @@ class QueueStatus:
         self.metrics = metrics
         self.evicting = evicting
         self.interval = interval
+        self.max_delay = max_delay
         self.engine = engine
-        self.dirty = True
+        self.dirty = True  # the status to write may differ from the API's
+        self.stale = True  # the gauges may differ from the engine
+        self._class = INFORM  # of the batch under way: ORDINARY once it waited max_delay
+        self._tags: list[str] = []  # of its calls, to move them up
 
     def changed(self) -> None:
         """Something the queues' status shows may have changed (or someone wrote over ours)."""
-        self.dirty = True
+        self.dirty = self.stale = True
 
     async def loop(self) -> None:
-        CALL_CLASS.set(INFORM)
-        while True:
-            await asyncio.sleep(self.interval)
-            engine = self.engine()
-            if engine is None:
-                self.metrics.forget_queues()
-            if engine is None or not self.dirty:
-                continue
-            self.dirty = False
-            try:
-                await self.write(engine)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001
-                log.exception("queue status update failed")
-                self.dirty = True
+        loop = asyncio.get_running_loop()
+        writing: asyncio.Task | None = None
+        started = 0.0
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                engine = self.engine()
+                if engine is None:
+                    self.metrics.forget_queues()
+                    self.stale = True
+                    if writing is not None:
+                        writing.cancel()  # not leading: the leader writes
+                    continue
+                counts = None
+                if self.stale:
+                    self.stale = False
+                    counts = queue_counts(engine, self.evicting)
+                    self.show(engine, counts)
+                if writing is not None and not writing.done():
+                    if loop.time() - started >= self.max_delay:
+                        self._class = ORDINARY  # (a call not yet waiting for a connection is moved next time)
+                        for tag in self._tags:
+                            self.kube.promote(tag, ORDINARY, front=True)
+                    continue
+                if writing is not None:
+                    self._ended(writing)
+                    writing = None
+                if not self.dirty:
+                    continue
+                self.dirty = False
+                self._class, self._tags, started = INFORM, [], loop.time()
+                counts = counts or queue_counts(engine, self.evicting)
+                writing = asyncio.create_task(self.write(engine, counts), name="controller:status-write")
+        finally:
+            if writing is not None:
+                writing.cancel()
 
-    async def write(self, engine: QuotaEngine) -> None:
-        counts = queue_counts(engine, self.evicting)
+    def _ended(self, writing: asyncio.Task) -> None:
+        if writing.cancelled():
+            self.dirty = True
+        elif writing.exception() is not None:
+            log.error("queue status update failed", exc_info=writing.exception())
+            self.dirty = True
+
+    def show(self, engine: QuotaEngine, counts: QueueCounts) -> None:
+        """The queue gauges, from the engine as it is."""
         self.metrics.update(engine, counts, [
             (lq["metadata"].get("namespace", ""), lq["metadata"]["name"],
              local_queue_active(engine, (lq.get("spec") or {}).get("clusterQueue", ""))[0])
             for lq in self.local_queues.list()])
+
+    async def write(self, engine: QuotaEngine, counts: QueueCounts) -> None:
         writes = []
         for cq in self.cluster_queues.list():
             name = cq["metadata"]["name"]
@@ -87,6 +123,10 @@ class QueueStatus:
             return fresh
 
         meta = obj["metadata"]
+        tag = f"queue-status/{kind.plural}/{meta.get('namespace') or ''}/{meta['name']}"
+        self._tags.append(tag)
+        CALL_CLASS.set(self._class)  # (this call's own task)
+        CALL_TAG.set(tag)
         try:
             await read_modify_write(self.kube, kind, meta.get("namespace"), meta["name"], obj, change, "status",
                                     protect=W.status_copy)
