@@ -1,9 +1,9 @@
 """ClusterQueue and LocalQueue status, and the queue gauges on /metrics, stay current while the API
-server is behind: their writes give way to creations, admissions and releases, but only for
-`status_max_delay`; the gauges cost no request and follow the engine every `status_interval`.
+server is behind: their writes give way to creations for `status_max_delay` only (to admissions and
+releases always); the gauges cost no request and are brought up to the engine when /metrics is read.
 
 (Found in bench/kueue_realtime.py baseline with the real-1.24 cost model: one status write per
-queue in a 350 s run, so `kubectl get clusterqueues` and the gauges showed the start of the run
+queue in a 350 s run, so `kubectl get clusterqueues` and the gauges showed one moment of the run
 until its end.)"""
 
 from __future__ import annotations

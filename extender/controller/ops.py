@@ -37,6 +37,7 @@ async def _readyz(request: web.Request) -> web.Response:
 
 async def _metrics(request: web.Request) -> web.Response:
     ctl = request.app[CTL_KEY]
+    ctl.queue_status.refresh_gauges()
     body = generate_latest(ctl.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -2,8 +2,8 @@
 queue per `status_interval`, only when something they show has changed, and only what differs
 from what the API holds (the status itself is computed in status.py). The writes inform: they give
 way to creations, admissions and releases, but for `max_delay` at most; then they go before the
-creations (after admissions and releases). The queue gauges on /metrics cost no request: they follow the engine every
-`status_interval`, whether or not a write is under way."""
+creations (after admissions and releases). The queue gauges on /metrics are set with each write,
+and brought up to the engine when /metrics is read (refresh_gauges): they cost no request."""
 
 from __future__ import annotations
 
@@ -61,11 +61,6 @@ class QueueStatus:
                     if writing is not None:
                         writing.cancel()  # not leading: the leader writes
                     continue
-                counts = None
-                if self.stale:
-                    self.stale = False
-                    counts = queue_counts(engine, self.evicting)
-                    self.show(engine, counts)
                 if writing is not None and not writing.done():
                     if loop.time() - started >= self.max_delay:
                         self._class = ORDINARY  # (a call not yet waiting for a connection is moved next time)
@@ -79,7 +74,8 @@ class QueueStatus:
                     continue
                 self.dirty = False
                 self._class, self._tags, started = INFORM, [], loop.time()
-                counts = counts or queue_counts(engine, self.evicting)
+                counts = queue_counts(engine, self.evicting)
+                self.show(engine, counts)
                 writing = asyncio.create_task(self.write(engine, counts), name="controller:status-write")
         finally:
             if writing is not None:
@@ -92,8 +88,19 @@ class QueueStatus:
             log.error("queue status update failed", exc_info=writing.exception())
             self.dirty = True
 
+    def refresh_gauges(self) -> None:
+        """The queue gauges brought up to the engine, before /metrics is read: while a status write
+        waits for the API they would otherwise show what that write does."""
+        engine = self.engine()
+        if engine is None:
+            self.metrics.forget_queues()
+            self.stale = True
+        elif self.stale:
+            self.show(engine, queue_counts(engine, self.evicting))
+
     def show(self, engine: QuotaEngine, counts: QueueCounts) -> None:
         """The queue gauges, from the engine as it is."""
+        self.stale = False
         self.metrics.update(engine, counts, [
             (lq["metadata"].get("namespace", ""), lq["metadata"]["name"],
              local_queue_active(engine, (lq.get("spec") or {}).get("clusterQueue", ""))[0])
