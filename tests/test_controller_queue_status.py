@@ -85,3 +85,39 @@ async def test_queue_gauges_follow_the_engine_while_the_status_write_waits():
             assert not (h.cluster_queue(CQ).get("status") or {}).get("pendingWorkloads")  # its write still waits
         finally:
             await ops.cleanup()
+
+
+async def test_a_batch_that_failed_in_part_ends_before_the_next_so_no_older_status_lands_last():
+    """One batch: the ClusterQueue's write refused (422), the LocalQueue's held by the server. A
+    second Job is admitted meanwhile. The held write, once let go, must not land after the next
+    batch's: the LocalQueue would show 1 admitted Workload after it showed the 2 it has."""
+    from tests.standin import resources as R
+
+    async with Harness() as h:
+        objects, jobs, _ = scenario("together-quota.yaml")
+        for obj in objects:
+            await h.apply(obj)
+        written: list[int] = []
+        h.api.observe(lambda w: written.append((w.new.get("status") or {}).get("admittedWorkloads", 0))
+                      if w.resource is R.LOCAL_QUEUES and w.subresource == "status" else None)
+        await h.controller()
+        await eventually(lambda: written, what="the LocalQueue's first status")
+        gate = asyncio.Event()
+        held = h.api.faults.add(r"/localqueues/gpu-queue/status$", method="PATCH", hold=gate)
+        refused = h.api.faults.add(r"/clusterqueues/gpu-cluster-queue/status$", method="PATCH", status=422)
+        small = copy.deepcopy(jobs[0])
+        small["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": 1}}
+        for name in ("one", "two"):
+            job = copy.deepcopy(small)
+            job["metadata"]["name"] = name
+            await h.submit(job)
+            if name == "one":
+                await eventually(lambda: held.hits == 1 and refused.hits == 1, what="the first batch's two writes")
+        await eventually(lambda: h.running("default", "two"), what="two admitted")
+        await asyncio.sleep(0.3)  # later batches, if any, have had their turn
+        gate.set()
+        await eventually(lambda: written[-1] == 2, what="the LocalQueue showing both")
+        await asyncio.sleep(0.3)
+        seen = [n for n in written if n]
+        assert seen == sorted(seen), written

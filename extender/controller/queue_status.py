@@ -120,7 +120,11 @@ class QueueStatus:
             status = local_queue_status(engine, lq, counts.lq.get(key), lq.get("status") or {})
             if not same_status(lq.get("status") or {}, status):
                 writes.append(self._write_status(K.LOCAL_QUEUES, lq, status))
-        await asyncio.gather(*writes)
+        # every write ends before the next batch: one still waiting would later put its older status
+        # over the next batch's
+        failed = [r for r in await asyncio.gather(*writes, return_exceptions=True) if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
 
     async def _write_status(self, kind: K.Kind, obj: dict, status: dict) -> None:
         def change(fresh: dict) -> dict | None:
