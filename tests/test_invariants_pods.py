@@ -228,7 +228,8 @@ async def test_no_gpu_runs_beyond_what_was_admitted_and_what_was_admitted_is_bou
 def loop_stats(liveness: PodLiveness) -> str:
     s = liveness.scheduler
     return (f"{s.attempts} attempts, {s.extender_errors} extender Errors, {s.queue.moves} moved by events, "
-            f"{s.queue.flushed} flushed, {s.clock.skipped:.1f} s skipped")
+            f"{s.queue.flushed} flushed, {s.clock.skipped:.1f} s skipped"
+            + (f"; the last Errors: {s.extender_error_texts}" if s.extender_error_texts else ""))
 
 
 async def test_the_liveness_invariant_catches_pods_parked_by_answers_before_the_watch():

@@ -89,6 +89,7 @@ class Scheduler(BackgroundLoop):
         self.queue = SchedulingQueue(self.clock, version)
         self.unschedulable: dict[str, str] = {}  # pod uid -> why (the last FailedScheduling message)
         self.extender_errors = 0
+        self.extender_error_texts: list[str] = []  # the last few, for a test's report
         self.attempts = 0
         self.queued_at: dict[str, float] = {}  # pod uid -> when it joined the queue (clock time)
         self.bound_at: dict[str, float] = {}  # pod uid -> when it was bound (clock time)
@@ -201,6 +202,7 @@ class Scheduler(BackgroundLoop):
                 answer = {"Error": f"extender call failed: {exc!r}"}
             if answer.get("Error"):
                 self.extender_errors += 1
+                self.extender_error_texts = (self.extender_error_texts + [f"{meta.get('name')}: {answer['Error']}"])[-3:]
                 self._failed(pod, answer["Error"], error=True)
                 return None
             failed = {**(answer.get("FailedNodes") or {}), **(answer.get("FailedAndUnresolvableNodes") or {})}
