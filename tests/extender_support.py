@@ -74,3 +74,11 @@ async def controller_and_extender(h, tmp_path: Path, mode: str = "Strict"):
     finally:
         h.api.faults.clear()
         await server.cleanup()
+
+
+def chosen(answer: dict, allowed) -> str:
+    """The one node a /filter answer passed (an admitted pod's answer names the node it is to go
+    to, so kube-scheduler binds there without scoring), checked to be one of ``allowed``."""
+    names = answer["NodeNames"] if answer.get("Nodes") is None else [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
+    assert len(names) == 1 and names[0] in allowed, f"passed {names}, expected one of {sorted(allowed)}"
+    return names[0]

@@ -244,7 +244,7 @@ class PodLiveness:
                 requests = pod_requests(pod)
                 if requests.get(GPU, 0) > per_pod or not any(
                         all(node_labels.get(n, {}).get(k) == v for k, v in labels.items())
-                        for n in self.scheduler._feasible(pod, requests)):
+                        for n in self.scheduler._feasible(pod, requests)[0]):
                     continue
                 out[pod["metadata"]["uid"]] = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         return out

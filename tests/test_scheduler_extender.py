@@ -19,7 +19,7 @@ from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from gpuqueue.extender.scheduler.memory import job_uid
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from tests.shared_fixtures import k8s_recording
-from tests.extender_support import extender_cert_dir, scheduler_context
+from tests.extender_support import chosen, extender_cert_dir, scheduler_context
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -138,7 +138,7 @@ async def test_gh200_pod_is_offered_only_gh200_nodes_names_mode(ext):
     r = await ext.post("filter", body)
     assert set(r) == FILTER_KEYS
     assert r["Nodes"] is None and r["Error"] == ""
-    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert chosen(r, ["gh200-node-2", "gh200-node-1"])
     assert r["FailedAndUnresolvableNodes"] == {"h100-node-3": NOT_GH200}
     assert r["FailedNodes"] == {}
 
@@ -151,7 +151,7 @@ async def test_gh200_pod_is_offered_only_gh200_nodes_full_node_mode(ext):
     assert r["Nodes"]["metadata"] == {}
     # the Node objects come back exactly as sent (kube-scheduler matches them by name)
     sent = {n["metadata"]["name"]: n for n in body["Nodes"]["items"]}
-    assert [n["metadata"]["name"] for n in r["Nodes"]["items"]] == ["gh200-node-2", "gh200-node-1"]
+    assert chosen(r, ["gh200-node-2", "gh200-node-1"])
     assert all(n == sent[n["metadata"]["name"]] for n in r["Nodes"]["items"])
     assert r["FailedAndUnresolvableNodes"] == {"h100-node-3": NOT_GH200}
 
@@ -183,14 +183,12 @@ async def test_mixed_cluster_never_offers_another_flavor_as_gpus_fill_up(ext):
     for k in range(14):  # 24 GH200 GPUs; 2-GPU pods: 12 fit, then none
         body = names_request(job_pod(fixture(FILTER_NCT), uid=f"pod-{k}", gpus=2), names)
         r = await ext.post("filter", body)
-        assert all(n.startswith("gh-") for n in r["NodeNames"])
         assert set(r["FailedAndUnresolvableNodes"]) == {f"h100-{i}" for i in range(6)}
         offered.append(len(r["NodeNames"]))
         if r["NodeNames"]:
-            prio = await ext.post("prioritize", names_request(body, r["NodeNames"]))
-            top = max(prio, key=lambda h: (h["Score"], -ord(h["Host"][-1])))["Host"]
+            top = chosen(r, [f"gh-{i}" for i in range(6)])
             cache.bind(f"pod-{k}", top, 2, job_key=job_uid("team-b/train"))  # the watch sees the binding
-    assert offered[-2:] == [0, 0] and offered[0] == 6
+    assert offered == [1] * 12 + [0, 0]
 
 
 # -- taints, cordons -----------------------------------------------------------------------
@@ -207,13 +205,13 @@ async def test_taints_and_tolerations(ext):
     tolerant = job_pod(fixture(FILTER_NCT), tolerations=[
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}])
     r = await ext.post("filter", tolerant)
-    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert chosen(r, ["gh200-node-2", "gh200-node-1"])
     wrong_value = job_pod(fixture(FILTER_NCT), tolerations=[
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent", "effect": "NoSchedule"}])
     assert (await ext.post("filter", wrong_value))["NodeNames"] == ["gh200-node-1"]
     # the flavor's tolerations count too (the controller injects them into the pod template)
     ext.view.admit("team-b/train", FlavorSelector.of("gh200", GH200, (Toleration("nvidia.com/gpu", "Exists"),)))
-    assert (await ext.post("filter", job_pod(fixture(FILTER_NCT))))["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert chosen(await ext.post("filter", job_pod(fixture(FILTER_NCT))), ["gh200-node-2", "gh200-node-1"])
 
 
 async def test_cordoned_node_is_refused(ext):
@@ -260,16 +258,14 @@ async def test_two_pods_back_to_back_do_not_both_take_the_last_gpus(ext):
     ext.view.nodes.bind("x", "gh200-node-2", 2)
     first = job_pod(fixture(FILTER_NCT), gpus=2, uid="first")
     r = await ext.post("filter", first)
-    assert r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
-    prio = await ext.post("prioritize", names_request(first, r["NodeNames"]))
-    assert max(prio, key=lambda h: h["Score"])["Host"] == "gh200-node-2"
-    # kube-scheduler binds "first" to gh200-node-2; the watch has not seen it yet
+    assert r["NodeNames"] == ["gh200-node-2"]  # the fuller node: packed
+    # kube-scheduler binds "first" to gh200-node-2, the one node passed; the watch has not seen it yet
     second = job_pod(fixture(FILTER_NCT), gpus=2, uid="second")
     r = await ext.post("filter", second)
     assert r["NodeNames"] == ["gh200-node-1"]
     assert r["FailedNodes"] == {"gh200-node-2": "node has 0 GPUs free, pod needs 2"}
     # the same pod asked again does not collide with its own reservation
-    assert (await ext.post("filter", first))["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert (await ext.post("filter", names_request(first, ["gh200-node-2"])))["NodeNames"] == ["gh200-node-2"]
 
 
 # -- pods gpuqueue does not manage, and pods without quota -----------------------------------
@@ -458,7 +454,7 @@ async def test_bad_quantity_in_a_pod_the_cache_does_not_know_is_named(ext):
     # a pod the cache knows is judged as the cache has it: the body's spec is not read
     ext.view.add_pod(job_pod(fixture(FILTER_NCT))["Pod"])
     r = await ext.post("filter", body, known=False)
-    assert r["Error"] == "" and r["NodeNames"] == ["gh200-node-2", "gh200-node-1"]
+    assert r["Error"] == "" and chosen(r, ["gh200-node-2", "gh200-node-1"])
 
 
 async def test_wrong_method_and_path_are_client_errors_not_5xx(ext):
@@ -557,7 +553,7 @@ async def test_each_workload_state_and_pod_set_in_each_mode(pki, mode):
             assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 requests nvidia.com/gpu but its workload "
                                    "team-b/job-train is being evicted (Preempted to accommodate a workload)"}
         else:
-            assert r["NodeNames"] == placed
+            assert chosen(r, placed)
         view.set_state("team-b/train", FINISHED)
         r = await ext.post("filter", job_pod(fixture(FILTER_NCT), uid="later"))
         if mode == "Strict":
@@ -573,7 +569,8 @@ async def test_each_workload_state_and_pod_set_in_each_mode(pki, mode):
             assert _refused(r) == {"gpuqueue: pod team-b/nct-low-1 is in pod set main of workload team-b/job-train, "
                                    "which has no admission"}
         else:
-            assert r["NodeNames"] == placed
+            assert chosen(r, placed)
+            view.nodes.release("odd")  # never bound: its reservation let go
         # one pod admitted, a second one: Audit lets it through and holds its GPUs like any admitted pod's
         view.admit("team-b/train", GH, count=1, per_pod={"nvidia.com/gpu": 4})
         view.nodes.bind("first", "gh200-node-1", 4, job_key=job_uid("team-b/train"))

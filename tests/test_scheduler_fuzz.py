@@ -22,6 +22,7 @@ from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo
 from gpuqueue.extender.scheduler import InMemoryClusterView, start
 from gpuqueue.extender.scheduler.memory import job_uid
 from gpuqueue.jobframework.enforcement import EnforcementConfig
+from tests.extender_support import chosen
 from tests.shared_fixtures import k8s_recording
 from tests.extender_support import extender_cert_dir, scheduler_context
 from tests.strategies.hostile import HOSTILE_NUMBERS, WRONG_TYPES, json_values, leaf_paths, memory_growth, mutated, replaced, wire
@@ -173,7 +174,7 @@ async def test_a_thousand_hostile_bodies_per_verb(client):
     # still serving real requests correctly once the GPUs the fuzzed pods reserved are free again
     client.clock.now += 60
     answer = await client.answer("filter", wire(owned_by(seeds["filter"][0], "train")))
-    assert answer["NodeNames"] == ["gh200-node-2", "gh200-node-1"] and answer["Error"] == ""
+    assert chosen(answer, ["gh200-node-2", "gh200-node-1"]) and answer["Error"] == ""
 
 
 async def test_out_of_range_integers_and_wrong_types_in_every_field_of_every_verb(client_in_each_mode):

@@ -125,6 +125,16 @@ def score_nodes(pod: PodRequest, names: Iterable[str], cache: NodeCache) -> list
     return list(zip(names, extender_scores(pod, names, cache)))
 
 
+def choose(pod: PodRequest, names: list[str], cache: NodeCache,
+           known: tuple[list[ScoreCode], int] | None = None) -> str:
+    """The one candidate the pod is to go to: the best ``extender_scores`` (``known`` as there),
+    ties settled by the exact rank value, then by the smallest name."""
+    scores = extender_scores(pod, names, cache, known)
+    top = max(scores)
+    ties = list(compress(names, map(top.__eq__, scores)))
+    return ties[0] if len(ties) == 1 else best(rank_nodes(pod, ties, cache))
+
+
 def best(ranked: list[tuple[str, float]]) -> str | None:
     """Highest rank; ties go to the smallest node name, so results are deterministic."""
     top = None

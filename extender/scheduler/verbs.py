@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from itertools import compress
 from typing import Awaitable, Callable, NamedTuple
 
 import orjson
@@ -18,7 +17,7 @@ from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_spec
 from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
-from gpuqueue.extender.placement.score import extender_scores
+from gpuqueue.extender.placement.score import choose, extender_scores
 from gpuqueue.extender.placement.topology import outside_assignment
 from gpuqueue.extender.scheduler.catchup import ADMISSION, behind
 from gpuqueue.extender.scheduler.enforce import judge, judge_request
@@ -229,8 +228,14 @@ def _filter_answer(req: _Request, view: ClusterView, judged: _Judged) -> dict | 
         return filter_error(verdict.message)
     else:
         passed, failed, unresolvable = result.passed, result.failed, result.unresolvable
-        if len(passed) == 1:  # prioritize is skipped: this is where the pod goes
+        if passed:
+            # One node passed: kube-scheduler then binds there without scoring (both 1.24 and
+            # current), so where the pod goes is known here, not guessed from scores that
+            # kube-scheduler adds its own to and breaks ties of at random.
             r = pod_request(verdict)
+            if len(passed) > 1:
+                known = (result.codes, result.epoch) if result.codes is not None else None
+                passed = [choose(r, passed, view.nodes, known)]  # the others: neither passed nor refused
             view.nodes.reserve(r.uid, passed[0], r.gpus, r.requests, r.job_key)
     if req.raws is not None:
         return filter_result(node_items=[req.raws[n] for n in passed], failed=failed, unresolvable=unresolvable)
@@ -261,10 +266,6 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
         outside = outside_assignment(verdict.topology, names, view.nodes, verdict.job_key, verdict.pod.uid,
                                      verdict.where)
         scores = [0 if n in outside else s for n, s in zip(names, scores)]
-    if scores:  # where kube-scheduler most likely binds it (ties: smallest name)
-        top = max(scores)
-        view.nodes.reserve(req.uid, min(compress(names, map(top.__eq__, scores))), req.gpus, req.requests,
-                           req.job_key)
     # orjson escapes with a backslash whatever JSON needs escaped: none in /filter's answer, none here
     answer = encode_host_priorities(names, scores, plain=answered and pod.answered.isascii() and b"\\" not in pod.answered)
     if answered:  # one /prioritize per /filter: let the names go now, while their memory is warm

@@ -6,7 +6,10 @@ is not being deleted, it does what kube-scheduler does with a non-ignorable, nod
 extender (shared/fixtures/k8s-1.24/extender/): the in-tree checks first (node cordoned,
 nodeSelector, every resource the node's allocatable lists fits beside the pods bound there), then,
 for a pod that requests one of ``managed_resources``, POST /filter with the names of the nodes
-left; with more than one node, POST /prioritize and bind to the best (ties: the first name). It
+left; with more than one node left, POST /prioritize, and bind to the node of the best total: the
+in-tree scores (NodeResourcesFit's LeastAllocated and NodeResourcesBalancedAllocation on cpu and
+memory, 0-100 each) plus the extender's score times ``extender_weight`` times 10, as
+kube-scheduler adds them, ties broken at random (``seed``), as kube-scheduler's selectHost does. It
 binds through pods/binding (``Cluster.bind``) and the kubelet then reports the pod Running, and
 Ready unless ``ready(pod)`` says its containers never become ready (``set_ready`` changes that
 later).
@@ -22,7 +25,8 @@ message) when it changes, as kube-scheduler does; ``kubectl describe pod`` shows
 The extender is a coroutine function ``(verb, body bytes) -> answer bytes``: the real HTTPS
 client in end-to-end tests, or the verbs called in process.
 
-Not modelled: taints and affinity (the tests' nodes have neither), in-tree scores, preemption.
+Not modelled: taints and affinity (the tests' nodes have neither), in-tree scores other than the
+two above, preemption.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import random
 from typing import Awaitable, Callable
 
 import orjson
@@ -79,8 +84,11 @@ class Scheduler(BackgroundLoop):
     def __init__(self, cluster: Cluster, extender: Extender | None = None, *,
                  managed_resources: tuple[str, ...] = ("nvidia.com/gpu",),
                  scheduler_names: tuple[str, ...] = ("default-scheduler",), version: str = V1_24,
-                 clock: RealClock | None = None, ready: Callable[[dict], bool] = lambda pod: True):
+                 clock: RealClock | None = None, ready: Callable[[dict], bool] = lambda pod: True,
+                 seed: int = 0, extender_weight: int = 5):
         self.cluster = cluster
+        self.random = random.Random(seed)  # selectHost's choice among equal totals
+        self.extender_weight = extender_weight  # the shipped KubeSchedulerConfiguration's
         self.ready = ready  # does the kubelet report a pod it runs Ready (its readiness probe passes)?
         self.extender = extender
         self.managed_resources = managed_resources
@@ -193,7 +201,8 @@ class Scheduler(BackgroundLoop):
         self.attempts += 1
         self.queue.attempt(uid)
         requests = pod_requests(pod)
-        nodes = self._feasible(pod, requests)
+        nodes, used = self._feasible(pod, requests)
+        extender_scores: dict[str, int] = {}
         if nodes and self.extender is not None and any(requests.get(r, 0) > 0 for r in self.managed_resources):
             body = orjson.dumps({"Pod": self.cluster.render(R.PODS, pod), "Nodes": None, "NodeNames": nodes})
             try:
@@ -212,11 +221,12 @@ class Scheduler(BackgroundLoop):
                 return None
             if len(nodes) > 1:
                 body = orjson.dumps({"Pod": self.cluster.render(R.PODS, pod), "Nodes": None, "NodeNames": nodes})
-                scores = {h["Host"]: h["Score"] for h in orjson.loads(await self.extender("prioritize", body)) or ()}
-                nodes = sorted(nodes, key=lambda n: (-scores.get(n, 0), n))
+                extender_scores = {h["Host"]: h["Score"] for h in orjson.loads(await self.extender("prioritize", body)) or ()}
         if not nodes:
             self._failed(pod, "no node fits")
             return None
+        if len(nodes) > 1:  # kube-scheduler scores only when more than one node is feasible
+            nodes = [self._select_host(nodes, requests, used, extender_scores)]
         current = self.cluster.store.get(R.PODS.storage_key, (meta["namespace"], meta["name"]))
         if current is None or current["metadata"]["uid"] != uid:
             self._forget(uid)
@@ -254,7 +264,18 @@ class Scheduler(BackgroundLoop):
         except S.ApiError as exc:  # deleted or changed meanwhile: kube-scheduler logs it and goes on
             log.debug("status of %s not written: %s", meta["name"], exc)
 
-    def _feasible(self, pod: dict, requests: dict[str, int]) -> list[str]:
+    def _select_host(self, nodes: list[str], requests: dict[str, int], used: dict[str, dict[str, int]],
+                     extender_scores: dict[str, int]) -> str:
+        """The node of the best total score; among equal totals, one at random."""
+        allocatable = {n["metadata"]["name"]: (n.get("status") or {}).get("allocatable") or {}
+                       for n in self.cluster.store.kind(R.NODES.storage_key).values()}
+        totals = {name: _in_tree_score(allocatable.get(name, {}), used.get(name, {}), requests)
+                  + extender_scores.get(name, 0) * self.extender_weight * 10 for name in nodes}
+        top = max(totals.values())
+        return self.random.choice([n for n in nodes if totals[n] == top])
+
+    def _feasible(self, pod: dict, requests: dict[str, int]) -> tuple[list[str], dict[str, dict[str, int]]]:
+        """The nodes the in-tree filters pass, and what the running pods take on each node."""
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         used: dict[str, dict[str, int]] = {}
         for other in self.cluster.store.kind(R.PODS.storage_key).values():
@@ -275,7 +296,7 @@ class Scheduler(BackgroundLoop):
             if all(parse_engine_int(r, q) - here.get(r, 0) >= requests.get(r, 0) for r, q in alloc.items()
                    if r in requests) and all(r in alloc for r, v in requests.items() if v > 0 and "/" in r):
                 names.append(name)
-        return sorted(names)
+        return sorted(names), used
 
     def _kubelet_runs(self, namespace: str, name: str) -> None:
         stored = self.cluster.store.get(R.PODS.storage_key, (namespace, name))
@@ -297,6 +318,19 @@ class Scheduler(BackgroundLoop):
         body["status"] = {**body["status"], "conditions": _with_ready(body["status"].get("conditions") or [], ready)}
         self.cluster.update(R.PODS, namespace, name, body, subresource="status", verb="kubelet")
         return True
+
+
+def _in_tree_score(alloc: dict, used: dict[str, int], requests: dict[str, int]) -> int:
+    """NodeResourcesFit (LeastAllocated) plus NodeResourcesBalancedAllocation, on cpu and memory,
+    each 0-100, for the node with the pod on it."""
+    fractions = []
+    for r in ("cpu", "memory"):
+        total = parse_engine_int(r, alloc[r]) if r in alloc else 0
+        taken = used.get(r, 0) + requests.get(r, 0)
+        fractions.append(min(taken / total, 1.0) if total > 0 else 1.0)
+    least_allocated = sum((1 - f) * 100 for f in fractions) / len(fractions)
+    balanced = (1 - abs(fractions[0] - fractions[1]) / 2) * 100
+    return int(least_allocated) + int(balanced)
 
 
 def _with_ready(conditions: list[dict], ready: bool) -> list[dict]:
