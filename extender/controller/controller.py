@@ -109,7 +109,8 @@ class Controller:
                                               self.metrics, self.priorities,
                                               lambda job, kind: self.job_reconciler.priority_of(job, kind),
                                               status_changed=lambda: self.queue_status.changed(),
-                                              departed=self.departures.decided)
+                                              departed=self.departures.decided,
+                                              evicted=lambda st: self.pods_ready.judge(st))
         self.following = Following(self, self.workload_writes,
                                    lambda st, job, queued_at: self.job_reconciler.submit(st, job, queued_at),
                                    self.mark_dirty)

@@ -34,9 +34,12 @@ class WorkloadWrites(WorkloadRecordKeeping):
     def __init__(self, sched: Scheduling, kube: KubeApi, workloads: WorkloadRecords, jobs: JobSteering,
                  writes: Writes, events: EventRecorder, metrics: Metrics, priorities: convert.PriorityResolver,
                  priority_of: Callable[..., int], status_changed: Callable[[], None],
-                 departed: Callable[[JobState, d.Decision], None]) -> None:
+                 departed: Callable[[JobState, d.Decision], None],
+                 evicted: Callable[[JobState], None] = lambda st: None) -> None:
         """`status_changed`: the queues' status may show something else now (QueueStatus.changed);
-        `departed`: takes the engine's decisions about a gone Job's reservation (Departures.decided)."""
+        `departed`: takes the engine's decisions about a gone Job's reservation (Departures.decided);
+        `evicted`: a victim's reservation is gone from the API and its Job is pending again (whether
+        the write's watch event came before its response or after)."""
         self.sched = sched
         self.kube = kube
         self.workloads = workloads
@@ -48,6 +51,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.priority_of = priority_of
         self.status_changed = status_changed
         self.departed = departed
+        self.on_evicted = evicted
         self._created: dict[str, asyncio.Future] = {}
         self.evicting: dict[str, Admission] = {}  # victims whose reservation still stands in the API
         self._pending_latest: dict[str, _PendingMessage] = {}  # key -> the pending message to write
@@ -337,6 +341,7 @@ class WorkloadWrites(WorkloadRecordKeeping):
         self.status_changed()
         if st.phase == "evicting":
             st.phase = "pending"
+            self.on_evicted(st)
 
     # -- finished and deleted -----------------------------------------------------------------------------------
     def finish_workload(self, st: JobState, done: Finished, cluster_queue: str | None = None) -> None:

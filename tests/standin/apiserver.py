@@ -265,8 +265,12 @@ class ApiServer:
         except Exception as exc:  # noqa: BLE001 - a stand-in bug must show up in the test, not kill the server
             return self._internal(request, exc)
         if self.costs is not None and not is_watch:
-            return await self._costed(request, q)
-        return await self._dispatch(request, q, is_watch, fault)
+            resp = await self._costed(request, q)
+        else:
+            resp = await self._dispatch(request, q, is_watch, fault)
+        if fault is not None and fault.after and not is_watch:
+            await asyncio.sleep(fault.after)
+        return resp
 
     async def _costed(self, request: web.Request, q) -> web.StreamResponse:
         """A seat, the request's CPU and etcd's (costs.py), then the answer; a stored write's watch

@@ -5,6 +5,8 @@ each with probability `rate` (a seeded random source, so a run can be replayed).
 
 - `status`: answer with that HTTP status (a Status body shaped for it) instead of handling;
 - `delay`: wait that long first (a slow server);
+- `after`: handle the request, then wait that long before answering (a write's watch event
+  reaches the watchers before its response reaches the writer, as on a busy real server);
 - `hold`: wait until the event is set (a test pins the client between two writes); a request
   whose client went away meanwhile is then dropped unhandled, as a real server would never see it;
 - on a watch, `stall_after`/`stall`: pause the stream that long after that many events (a stuck
@@ -39,6 +41,7 @@ class Fault:
     stall: float = 0.0
     drop_after: int | None = None
     retry_after: int | None = None  # with status 429: kube-apiserver's own throttling answer, this Retry-After
+    after: float = 0.0  # seconds to wait between handling the request and answering it
     hits: int = 0
     paths: list[str] = field(default_factory=list)  # the path of each request hit, in order
 
@@ -56,6 +59,8 @@ class Fault:
             return "drop"
         if self.stall_after is not None:
             return "stall"
+        if self.after:
+            return "late answer"
         return "delay"
 
 
@@ -71,12 +76,12 @@ class Faults:
     def add(self, path: str = "", *, method: str | None = None, status: int | None = None, times: int = 1,
             delay: float = 0.0, watch: bool | None = None, rate: float = 1.0, hold: asyncio.Event | None = None,
             stall_after: int | None = None, stall: float = 0.0, drop_after: int | None = None,
-            retry_after: int | None = None) -> Fault:
+            retry_after: int | None = None, after: float = 0.0) -> Fault:
         """`path` is a regular expression searched in the request path, e.g. r"/jobs/train-1$"."""
         if not 0.0 < rate <= 1.0:
             raise ValueError("rate must be in (0, 1]")
         fault = Fault(method.upper() if method else None, re.compile(path), status, times, delay, watch, rate,
-                      hold, stall_after, stall, drop_after, retry_after)
+                      hold, stall_after, stall, drop_after, retry_after, after)
         self.rules.append(fault)
         return fault
 
