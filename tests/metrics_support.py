@@ -107,3 +107,14 @@ def apply_manifest_objects(names: set[str]) -> list[dict]:
     from manifests.tools import render
 
     return [o for o in render.build() if o["metadata"]["name"] in names]
+
+
+def declared_families(registry) -> dict[str, tuple[str, frozenset[str]]]:
+    """Every family `registry` declares, named as a scrape names it (a counter with `_total`): its
+    type and label names, whether or not it has a series yet. (prometheus_client has no public
+    accessor for the label names of a family without a child: hence its `_labelnames`.)"""
+    out = {}
+    for collector in list(registry._collector_to_names):
+        name = collector._name + ("_total" if collector._type == "counter" else "")
+        out[name] = (collector._type, frozenset(collector._labelnames))
+    return out

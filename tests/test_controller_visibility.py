@@ -27,6 +27,8 @@ API_SERVICES = Kind("apiservices", "apiregistration.k8s.io", "v1", "apiservices"
 ROLE_BINDINGS = Kind("rolebindings", "rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
 CLUSTER_ROLES = Kind("clusterroles", "rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
 VIS = "/apis/visibility.kueue.x-k8s.io/v1beta1"
+# As Kueue v0.18 ships them: one APIService per version the server answers
+APISERVICES = {"v1beta1.visibility.kueue.x-k8s.io", "v1beta2.visibility.kueue.x-k8s.io"}
 ITEM_FIELDS = {"metadata", "priority", "localQueueName", "positionInClusterQueue", "positionInLocalQueue"}
 
 
@@ -48,7 +50,7 @@ async def serving_visibility(h: Harness, ctl, tmp_path, aggregator):
     """The controller's visibility API started and registered as manifests/visibility registers it;
     yields its port."""
     certs, _ = serving_certs(tmp_path, "gpuqueue-visibility")
-    for obj in apply_manifest_objects({"v1beta1.visibility.kueue.x-k8s.io"}):
+    for obj in apply_manifest_objects(APISERVICES):
         await h.kube.create(API_SERVICES, None, obj)
     reviews = client.ApiClient(h.api.client_configuration())
     auth = DelegatedAuth(KubeApi(reviews))
@@ -168,7 +170,7 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
                     assert r.status == 200 and v2["swagger"] == "2.0"
                 assert f"{VIS}/clusterqueues/{{name}}/pendingworkloads" in v2["paths"]
                 async with http.get(f"{base}/openapi/v3", ssl=False) as r:
-                    (entry,) = (await r.json())["paths"].values()
+                    entry = (await r.json())["paths"]["apis/visibility.kueue.x-k8s.io/v1beta1"]
                 async with http.get(base + entry["serverRelativeURL"], ssl=False) as r:
                     v3 = await r.json()
                     assert r.status == 200 and v3["openapi"].startswith("3.")
@@ -179,6 +181,70 @@ async def test_pending_workloads_through_the_aggregator_in_the_engines_order(tmp
             follower = Visibility(ctl).ordered("group-c")
             assert {q.name for q in follower} == {i["metadata"]["name"] for i in items}
             assert follower[0].name == items[0]["metadata"]["name"]
+
+
+def test_an_apiservice_per_version_as_kueue_ships_them():
+    specs = {o["metadata"]["name"]: o["spec"] for o in apply_manifest_objects(APISERVICES)}
+    assert set(specs) == APISERVICES
+    for name, spec in specs.items():
+        assert name == f"{spec['version']}.{spec['group']}"
+        assert (spec["groupPriorityMinimum"], spec["versionPriority"]) == (100, 100)
+        assert spec["service"] == {"name": "gpuqueue-visibility", "namespace": "gpuqueue-system", "port": 443}
+
+
+async def test_v1beta2_answers_as_v1beta1_does_in_its_own_api_version(tmp_path):
+    """Kueue v0.18 serves the group at v1beta2 (what its documentation and kueuectl ask) and still at
+    v1beta1: the same answers, each in the apiVersion asked, with discovery and OpenAPI per version."""
+    from tests.test_controller_behaviour import gpu_job, two_pool_objects
+
+    async with Harness() as h:
+        aggregator = h.api.enable_aggregation()
+        for obj in two_pool_objects(f2_quota=0):  # one GPU
+            await h.apply(obj)
+        ctl = await h.controller()
+        await h.submit(gpu_job("ml", "running"))
+        await eventually(lambda: h.running("ml", "running"), what="the GPU taken")
+        for name in ("waits-1", "waits-2"):
+            await h.submit(gpu_job("ml", name))
+        await eventually(lambda: all(h.workload_of("ml", n) for n in ("waits-1", "waits-2")), what="both queued")
+        async with serving_visibility(h, ctl, tmp_path, aggregator) as port:
+            answers = {}
+            for version in ("v1beta1", "v1beta2"):
+                base = f"/apis/visibility.kueue.x-k8s.io/{version}"
+                status, cq = await _get(h, f"{base}/clusterqueues/q/pendingworkloads")
+                assert status == 200, cq
+                assert (cq["kind"], cq["apiVersion"]) == ("PendingWorkloadsSummary", f"visibility.kueue.x-k8s.io/{version}")
+                status, lq = await _get(h, f"{base}/namespaces/ml/localqueues/default/pendingworkloads?limit=1&offset=1")
+                assert status == 200 and lq["apiVersion"] == cq["apiVersion"], lq
+                status, discovery = await _get(h, base)
+                assert status == 200 and discovery["groupVersion"] == f"visibility.kueue.x-k8s.io/{version}"
+                assert {r["name"] for r in discovery["resources"]} == {
+                    "clusterqueues", "clusterqueues/pendingworkloads", "localqueues", "localqueues/pendingworkloads"}
+                status, missing = await _get(h, f"{base}/clusterqueues/nope/pendingworkloads")
+                assert status == 404 and missing["reason"] == "NotFound"
+                answers[version] = (cq["items"], lq["items"])
+            assert answers["v1beta2"] == answers["v1beta1"]
+            assert [i["positionInLocalQueue"] for i in answers["v1beta2"][0]] == [0, 1]
+            assert answers["v1beta2"][1] == answers["v1beta2"][0][1:]
+
+            # the OpenAPI documents: v2 holds both versions, v3 one document per version
+            async with aiohttp.ClientSession() as http:
+                backend = f"https://127.0.0.1:{port}"
+                async with http.get(f"{backend}/openapi/v2", ssl=False) as r:
+                    v2 = await r.json()
+                async with http.get(f"{backend}/openapi/v3", ssl=False) as r:
+                    index = (await r.json())["paths"]
+                assert set(index) == {"apis/visibility.kueue.x-k8s.io/v1beta1", "apis/visibility.kueue.x-k8s.io/v1beta2"}
+                for version in ("v1beta1", "v1beta2"):
+                    assert f"/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{{name}}/pendingworkloads" in v2["paths"]
+                    assert f"io.x-k8s.kueue.visibility.{version}.PendingWorkload" in v2["definitions"]
+                    async with http.get(backend + index[f"apis/visibility.kueue.x-k8s.io/{version}"]["serverRelativeURL"],
+                                        ssl=False) as r:
+                        v3 = await r.json()
+                    assert {p.split("/")[3] for p in v3["paths"]} == {version}
+                    summary = v3["components"]["schemas"][f"io.x-k8s.kueue.visibility.{version}.PendingWorkloadsSummary"]
+                    assert summary["x-kubernetes-group-version-kind"][0]["version"] == version
+                    assert summary["properties"]["items"]["items"]["$ref"].endswith(f".{version}.PendingWorkload")
 
 
 async def test_list_workloads_takes_the_positions_from_the_visibility_api(tmp_path):

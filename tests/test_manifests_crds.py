@@ -130,24 +130,45 @@ def test_short_names_scope_and_status_subresources():
         assert ("status" in spec["versions"][0].get("subresources", {})) is status, kind
 
 
+# Kueue's v1beta2 additionalPrinterColumns (config/components/crd/bases, v0.18): name, type,
+# jsonPath and priority, in order. priority 1 shows only with `kubectl get -o wide`. Kinds not
+# listed have none. Descriptions are the project's own words and are not compared.
+KUEUE_COLUMNS = {
+    "ClusterQueue": [
+        ("Cohort", "string", ".spec.cohortName", 0),
+        ("Strategy", "string", ".spec.queueingStrategy", 1),
+        ("Pending Workloads", "integer", ".status.pendingWorkloads", 0),
+        ("Admitted Workloads", "integer", ".status.admittedWorkloads", 1),
+    ],
+    "LocalQueue": [
+        ("ClusterQueue", "string", ".spec.clusterQueue", 0),
+        ("Pending Workloads", "integer", ".status.pendingWorkloads", 0),
+        ("Admitted Workloads", "integer", ".status.admittedWorkloads", 0),
+    ],
+    "Workload": [
+        ("Queue", "string", ".spec.queueName", 0),
+        ("Reserved in", "string", ".status.admission.clusterQueue", 0),
+        ("Admitted", "string", ".status.conditions[?(@.type=='Admitted')].status", 0),
+        ("Finished", "string", ".status.conditions[?(@.type=='Finished')].status", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+    ],
+    "WorkloadPriorityClass": [("Value", "integer", ".value", 0)],
+}
+
+
 def columns(kind):
-    cols = crd_validate.load_crds()[kind]["spec"]["versions"][0]["additionalPrinterColumns"]
-    return {c["name"]: c for c in cols if not c.get("priority")}
+    version = crd_validate.load_crds()[kind]["spec"]["versions"][0]
+    return [(c["name"], c["type"], c["jsonPath"], c.get("priority", 0)) for c in version.get("additionalPrinterColumns", [])]
 
 
-def test_kubectl_get_clusterqueues_shows_cohort_pending_and_admitted():
-    cols = columns("ClusterQueue")
-    assert cols["Cohort"]["jsonPath"] == ".spec.cohortName"
-    assert cols["Pending Workloads"]["jsonPath"] == ".status.pendingWorkloads"
-    assert cols["Admitted Workloads"]["jsonPath"] == ".status.admittedWorkloads"
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_printer_columns_are_kueues(kind):
+    assert columns(kind) == KUEUE_COLUMNS.get(kind, [])
 
 
-def test_kubectl_get_workloads_shows_queue_reserved_in_admitted_finished_age():
-    cols = columns("Workload")
-    assert list(cols) == ["Queue", "Reserved in", "Admitted", "Finished", "Age"]
-    assert cols["Reserved in"]["jsonPath"] == ".status.admission.clusterQueue"
-    assert cols["Admitted"]["jsonPath"] == ".status.conditions[?(@.type=='Admitted')].status"
-    assert cols["Age"]["type"] == "date"
+def test_kubectl_get_clusterqueues_shows_admitted_workloads_only_wide():
+    narrow = [name for name, _, _, priority in columns("ClusterQueue") if not priority]
+    assert narrow == ["Cohort", "Pending Workloads"]
 
 
 # --- Kueue's defaults and CEL rules are declared where Kueue has them ---------------------

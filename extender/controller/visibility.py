@@ -1,11 +1,12 @@
-"""Kueue's visibility API (visibility.kueue.x-k8s.io/v1beta1), served by the controller process on
---visibility-port for kube-aggregator (manifests/visibility/):
+"""Kueue's visibility API (visibility.kueue.x-k8s.io, at v1beta2 and v1beta1 as Kueue v0.18 serves
+it), served by the controller process on --visibility-port for kube-aggregator (manifests/visibility/):
 
-    GET /apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/NAME/pendingworkloads?limit=&offset=
-    GET /apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/NS/localqueues/NAME/pendingworkloads?limit=&offset=
+    GET /apis/visibility.kueue.x-k8s.io/VERSION/clusterqueues/NAME/pendingworkloads?limit=&offset=
+    GET /apis/visibility.kueue.x-k8s.io/VERSION/namespaces/NS/localqueues/NAME/pendingworkloads?limit=&offset=
 
-A PendingWorkloadsSummary of PendingWorkload items (metadata, priority, localQueueName,
-positionInClusterQueue, positionInLocalQueue, both from 0), Kueue's types. The order is the
+Both versions give the same answer, in the apiVersion asked: a PendingWorkloadsSummary of
+PendingWorkload items (metadata, priority, localQueueName, positionInClusterQueue,
+positionInLocalQueue, both from 0), Kueue's types. The order is the
 leader's engine's own queue order (QuotaEngine.pending_in_order: priority, then creation or
 requeue time, then submission), as of the request. A follower has no engine: it answers from its
 watch caches in the order a leader elected now would rebuild (recovered_order), which can differ
@@ -25,9 +26,10 @@ from aiohttp import web
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller import visibility_openapi
 from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded
+from gpuqueue.extender.controller.visibility_openapi import GROUP, VERSIONS
 
-GROUP, VERSION = "visibility.kueue.x-k8s.io", "v1beta1"
-PREFIX = f"/apis/{GROUP}/{VERSION}"
+# one route per path for every version; handlers read the version asked from match_info
+PREFIX = f"/apis/{GROUP}/{{version:{'|'.join(VERSIONS)}}}"
 DEFAULT_LIMIT = 1000  # Kueue's, also for limit=0
 OWNER_REFERENCE_FIELDS = ("apiVersion", "kind", "name", "uid")
 NOT_FOUND = "the server could not find the requested resource"
@@ -44,9 +46,10 @@ class Queued:
     name: str  # the Workload's name
 
 
-def summary(ordered: Iterable[Queued], local_queue: tuple[str, str] | None, offset: int, limit: int) -> dict:
-    """Kueue's PendingWorkloadsSummary of a ClusterQueue's workloads in queue order (only those of
-    `local_queue`, namespace and name, when given), items offset..offset+limit."""
+def summary(ordered: Iterable[Queued], local_queue: tuple[str, str] | None, offset: int, limit: int,
+            version: str) -> dict:
+    """Kueue's PendingWorkloadsSummary (of `version`) of a ClusterQueue's workloads in queue order
+    (only those of `local_queue`, namespace and name, when given), items offset..offset+limit."""
     items, in_lq = [], {}
     for position, q in enumerate(ordered):
         lq = (q.namespace, q.local_queue)
@@ -62,7 +65,7 @@ def summary(ordered: Iterable[Queued], local_queue: tuple[str, str] | None, offs
                                            for ref in meta["ownerReferences"]]
         items.append({"metadata": metadata, "priority": q.priority, "localQueueName": q.local_queue,
                       "positionInClusterQueue": position, "positionInLocalQueue": lq_position})
-    return {"kind": "PendingWorkloadsSummary", "apiVersion": f"{GROUP}/{VERSION}",
+    return {"kind": "PendingWorkloadsSummary", "apiVersion": f"{GROUP}/{version}",
             "metadata": {"creationTimestamp": None}, "items": items[offset:offset + limit]}
 
 
@@ -158,13 +161,13 @@ class Visibility:
                 ordered = []
             else:
                 return _status(404, "NotFound", f'clusterqueue.{GROUP} "{cq}" not found')
-        return web.json_response(summary(ordered, local_queue, offset, limit))
+        return web.json_response(summary(ordered, local_queue, offset, limit, request.match_info["version"]))
 
 
 def _attributes(request: web.Request) -> tuple[dict, str]:
     info = request.match_info
     resource = "localqueues" if "namespace" in info else "clusterqueues"
-    attrs = {"verb": "get", "group": GROUP, "version": VERSION, "resource": resource,
+    attrs = {"verb": "get", "group": GROUP, "version": info["version"], "resource": resource,
              "subresource": "pendingworkloads", "name": info["name"]}
     where = "at the cluster scope"
     if "namespace" in info:
@@ -181,7 +184,8 @@ async def _discovery(request: web.Request) -> web.Response:
 
     # As Kueue's server lists them: clusterqueues and localqueues are there only to carry their
     # pendingworkloads subresources, and serve no verb of their own.
-    return web.json_response({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{VERSION}",
+    version = request.match_info["version"]
+    return web.json_response({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{version}",
                               "resources": [res("clusterqueues", "clusterqueue", False, []),
                                             res("clusterqueues/pendingworkloads", "", False, ["get"]),
                                             res("localqueues", "localqueue", True, []),

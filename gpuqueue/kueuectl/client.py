@@ -94,7 +94,8 @@ class Kueue:
                                                                   body, **kw)
 
 
-VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
+# the version Kueue v0.18's kueuectl asks (v1beta1 is served too)
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 
 
 def visibility_unavailable(exc: BaseException) -> str:

@@ -396,7 +396,7 @@ def cluster_queue() -> dict:
             column("Cohort", ".spec.cohortName", "string", "Cohort this ClusterQueue belongs to"),
             column("Strategy", ".spec.queueingStrategy", "string", "Queueing strategy", priority=1),
             column("Pending Workloads", ".status.pendingWorkloads", "integer", "Workloads waiting for admission"),
-            column("Admitted Workloads", ".status.admittedWorkloads", "integer", "Admitted workloads not yet finished"),
+            column("Admitted Workloads", ".status.admittedWorkloads", "integer", "Admitted workloads not yet finished", priority=1),
         ),
     )
 
