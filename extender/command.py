@@ -100,7 +100,7 @@ async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
     from gpuqueue.extender.controller.metrics import Metrics
     from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
-    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.extender.controller.client.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
     from gpuqueue.extender.controller.ops import readiness, start_ops

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.managed_kinds import RUNTIMES, kind_of
 from gpuqueue.jobframework.names import workload_name

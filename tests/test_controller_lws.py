@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.managed_kinds import kind_of
 from gpuqueue.jobframework.integration import json_copy

@@ -12,7 +12,7 @@ import time
 import orjson
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import parked_pods
 from tests.controller_support import Harness, eventually
 from tests.standin import resources as R

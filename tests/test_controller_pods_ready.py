@@ -24,7 +24,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.pods_ready import WaitForPodsReady

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 

@@ -4,7 +4,7 @@ nodeSelector edited while it was suspended does not take it off its flavor's nod
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from tests.controller_support import Harness, eventually, flame_running
 

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.registry import DEFAULT_FRAMEWORKS, IntegrationsConfig

@@ -18,7 +18,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.jobframework.unqueued import how_to_queue
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.explain import explain_job

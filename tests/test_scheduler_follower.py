@@ -22,7 +22,7 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app

@@ -18,15 +18,15 @@ import logging
 import time
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import cohorts
-from gpuqueue.extender.controller.cached_fields import transform_for
+from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_environment_lookups
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics

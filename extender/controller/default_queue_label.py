@@ -18,8 +18,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.jobframework.managed import DEFAULT_LOCAL_QUEUE, ManagedJobsConfig, StaticQueueView, namespace_is_managed
 from gpuqueue.kube import Informer
 

@@ -28,7 +28,7 @@ from typing import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.kube import TokenBucket
 
 log = logging.getLogger("gpuqueue.auth")

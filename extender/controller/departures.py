@@ -16,13 +16,13 @@ import time
 from typing import Callable
 
 from gpuqueue.api.kueue import JOB_UID_LABEL
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import pod_sets_from_admission
 from gpuqueue.extender.controller.managed_kinds import BATCH_JOB
 from gpuqueue.extender.controller.job_state import JobState, Scheduling, departed_key
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission, WorkloadSpec

@@ -14,13 +14,13 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind
 from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind, controller_ref, without_finalizer
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads, owner_uids

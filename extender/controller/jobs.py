@@ -19,13 +19,13 @@ from pydantic import ValidationError
 
 from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_query
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import parked_pods
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.managed_kinds import PodOwners, pod_set_infos
 from gpuqueue.extender.controller.pod_groups import PodGroupKind
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write

@@ -11,8 +11,8 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.kubeapi import CALL_CLASS, URGENT, KubeApi, is_status
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, URGENT, KubeApi, is_status
 
 log = logging.getLogger("gpuqueue.leader")
 

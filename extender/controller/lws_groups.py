@@ -12,7 +12,7 @@ evicted, every pod is deleted. A group whose LeaderWorkerSet is not in the cache
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.managed_kinds import EnabledKinds, kind_of, lws_group_key
 from gpuqueue.extender.controller.pod_groups import GroupCache, PodGroupKind, PodGroups, group_object
 from gpuqueue.jobframework import registry

@@ -19,7 +19,7 @@ import orjson
 from pydantic import ValidationError
 
 from gpuqueue.api import core
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.model import Admission, FlavorSpec, PodSetSpec
 from gpuqueue.jobframework import registry

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 
 RETRY_ANNOTATION = "gpuqueue.io/scheduling-retry"
 

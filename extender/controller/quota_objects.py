@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 from pydantic import ValidationError
 
 from gpuqueue.api import core, kueue
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota.engine import QuotaEngine

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
-from gpuqueue.extender.controller.kubeapi import CALL_CLASS, ORDINARY, URGENT, is_status
+from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, ORDINARY, URGENT, is_status
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.releases import Barrier, Releases, Scope
 

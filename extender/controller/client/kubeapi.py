@@ -17,7 +17,7 @@ from yarl import URL
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.extender.controller.kinds import Kind
+from gpuqueue.extender.controller.client.kinds import Kind
 from gpuqueue.kube import TokenBucket
 
 JSON = "application/json"
