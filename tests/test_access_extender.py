@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from gpuqueue import access
 from tests.standin import ApiServer

@@ -25,7 +25,7 @@ from gpuqueue.api.core import Node, Pod
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.managed_kinds import batch_job
+from gpuqueue.extender.controller.kinds.managed_kinds import batch_job
 from gpuqueue.jobframework.podset import PodSetInfo
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.placement.kube import node_info_from_dict

@@ -426,7 +426,7 @@ async def test_a_jobset_is_judged_by_its_pods_readiness_and_times_out_like_a_job
     one JobSet whose pods all become ready keeps running; one with a worker that never does is
     evicted `timeout` after its admission with Kueue's reason and message, suspended again, and
     requeued with backoff."""
-    from gpuqueue.extender.controller.managed_kinds import kind_of
+    from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
     from gpuqueue.jobframework.names import workload_name
     from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
     from tests.kind_controllers import KindControllers

@@ -31,7 +31,7 @@ from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
-from gpuqueue.extender.controller.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
+from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
@@ -39,8 +39,8 @@ from gpuqueue.extender.controller.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.pod_group_events import PodGroupReconciler
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
-from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
+from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
+from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
 from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.records import WorkloadRecords

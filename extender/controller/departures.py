@@ -19,7 +19,7 @@ from gpuqueue.api.kueue import JOB_UID_LABEL
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import workload as W
 from gpuqueue.extender.controller.equivalence import pod_sets_from_admission
-from gpuqueue.extender.controller.managed_kinds import BATCH_JOB
+from gpuqueue.extender.controller.kinds.managed_kinds import BATCH_JOB
 from gpuqueue.extender.controller.job_state import JobState, Scheduling, departed_key
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
-from gpuqueue.extender.controller.managed_kinds import BATCH_JOB, ManagedKind
+from gpuqueue.extender.controller.kinds.managed_kinds import BATCH_JOB, ManagedKind
 from gpuqueue.extender.quota.engine import QuotaEngine
 
 

@@ -26,8 +26,8 @@ from gpuqueue.extender.controller.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.extender.controller.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
-from gpuqueue.extender.controller.managed_kinds import PodOwners, pod_set_infos
-from gpuqueue.extender.controller.pod_groups import PodGroupKind
+from gpuqueue.extender.controller.kinds.managed_kinds import PodOwners, pod_set_infos
+from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind
 from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
 from gpuqueue.extender.controller.writes import Writes
 from gpuqueue.kube import Informer, object_key

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gpuqueue.extender.controller.managed_kinds import ManagedKind, batch_job
+from gpuqueue.extender.controller.kinds.managed_kinds import ManagedKind, batch_job
 from gpuqueue.jobframework import names
 from gpuqueue.jobframework.kinds.batchjob import ORIGINAL_SCHEDULING_ANNOTATION  # noqa: F401 - tests read it here
 from gpuqueue.extender.quota.model import Admission

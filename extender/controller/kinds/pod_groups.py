@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller.managed_kinds import (EnabledKinds, ManagedKind, PodKind, group_key, group_uid,
+from gpuqueue.extender.controller.kinds.managed_kinds import (EnabledKinds, ManagedKind, PodKind, group_key, group_uid,
                                                           plain_group_key)
 from gpuqueue.jobframework.integration import Finished, Integration
 from gpuqueue.jobframework.kinds import pods as P

@@ -13,8 +13,8 @@ evicted, every pod is deleted. A group whose LeaderWorkerSet is not in the cache
 from __future__ import annotations
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller.managed_kinds import EnabledKinds, kind_of, lws_group_key
-from gpuqueue.extender.controller.pod_groups import GroupCache, PodGroupKind, PodGroups, group_object
+from gpuqueue.extender.controller.kinds.managed_kinds import EnabledKinds, kind_of, lws_group_key
+from gpuqueue.extender.controller.kinds.pod_groups import GroupCache, PodGroupKind, PodGroups, group_object
 from gpuqueue.jobframework import registry
 from gpuqueue.jobframework.integration import json_copy
 from gpuqueue.jobframework.kinds import pods as P
