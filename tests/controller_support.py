@@ -12,7 +12,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.client.kubeapi import KubeApi

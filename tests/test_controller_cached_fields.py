@@ -22,7 +22,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.api.base import Toleration
 from gpuqueue.api.core import Node, Pod
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.kinds.managed_kinds import batch_job

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.integration import json_copy
 from gpuqueue.jobframework.kinds import pods

@@ -14,7 +14,7 @@ import dataclasses
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.extender.controller.kinds.managed_kinds import kind_of

@@ -25,7 +25,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
 from gpuqueue.extender.controller.view import ControllerClusterView

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.standin import resources as R
 from tests.controller_support import Harness, eventually
 from tests.test_controller_behaviour import gpu_job, two_pool_objects

@@ -18,7 +18,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
 from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca

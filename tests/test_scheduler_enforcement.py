@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.jobframework.unqueued import how_to_queue
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.explain import explain_job
 from gpuqueue.extender.controller.view import ControllerClusterView

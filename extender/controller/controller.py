@@ -28,12 +28,12 @@ from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
-from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads
+from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.pod_group_events import PodGroupReconciler

@@ -17,10 +17,10 @@ from typing import Callable
 
 from gpuqueue.api.kueue import JOB_UID_LABEL
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.equivalence import pod_sets_from_admission
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.equivalence import pod_sets_from_admission
 from gpuqueue.extender.controller.kinds.managed_kinds import BATCH_JOB
-from gpuqueue.extender.controller.job_state import JobState, Scheduling, departed_key
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling, departed_key
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.extender.controller.writes import Writes

@@ -11,8 +11,8 @@ from typing import Awaitable, Callable
 from prometheus_client import Counter
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, INFORM, KubeApi
 from gpuqueue.kube import TokenBucket
 

@@ -18,9 +18,9 @@ from typing import Callable
 from pydantic import ValidationError
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.equivalence import admission_mismatch, same_pod_sets
-from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.equivalence import admission_mismatch, same_pod_sets
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 from gpuqueue.jobframework.managed import queue_name_of
 

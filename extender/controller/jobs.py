@@ -21,10 +21,10 @@ from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector,
 
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import parked_pods
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.equivalence import admission_mismatch
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.equivalence import admission_mismatch
 from gpuqueue.extender.controller.events import EventRecorder
-from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.kinds.managed_kinds import PodOwners, pod_set_infos
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind

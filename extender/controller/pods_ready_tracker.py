@@ -20,8 +20,8 @@ import time
 from typing import Callable
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import pods_ready as PR
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status
 from gpuqueue.extender.controller.pods_ready_metrics import PodsReadyMetrics
 from gpuqueue.extender.controller.records import read_modify_write

@@ -12,7 +12,7 @@ import logging
 from typing import Callable, Mapping
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.records import read_modify_write

@@ -11,12 +11,12 @@ import time
 
 from pydantic import ValidationError
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.departures import Departures, spec_from_admission
-from gpuqueue.extender.controller.equivalence import admission_mismatch
+from gpuqueue.extender.controller.core.equivalence import admission_mismatch
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
-from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.kube import Informer, object_key, retry_on_conflict
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import Admission
-from gpuqueue.extender.controller.workload import format_engine_int
+from gpuqueue.extender.controller.core.workload import format_engine_int
 
 
 @dataclass

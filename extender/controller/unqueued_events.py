@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import Callable, Collection, Mapping
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.events import EventRecorder
 from gpuqueue.jobframework.enforcement import EnforcementConfig, covered_resources
 from gpuqueue.jobframework.integration import Integration

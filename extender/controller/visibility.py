@@ -23,7 +23,7 @@ from typing import Iterable
 
 from aiohttp import web
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller import visibility_openapi
 from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded
 from gpuqueue.extender.controller.visibility_openapi import GROUP, VERSIONS

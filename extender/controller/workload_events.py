@@ -9,9 +9,9 @@ import logging
 import time
 from typing import Callable
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
-from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.workload_writes import WorkloadWrites
 

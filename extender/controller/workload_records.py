@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller import pods_ready
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.job_state import JobState
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status
 from gpuqueue.extender.controller.records import read_modify_write
 from gpuqueue.extender.quota import decisions as d

@@ -14,9 +14,9 @@ from typing import Awaitable, Callable
 
 from gpuqueue.extender.controller import cohorts
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.events import EventRecorder
-from gpuqueue.extender.controller.job_state import JobState, Scheduling
+from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics

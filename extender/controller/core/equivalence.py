@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuqueue.extender.controller.workload import format_engine_int
+from gpuqueue.extender.controller.core.workload import format_engine_int
 from gpuqueue.extender.quota.model import Admission, PodSetSpec
 
 # The engine counts a pod set's pods as this resource when a ClusterQueue covers it; the count is
