@@ -19,13 +19,13 @@ import time
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller.writes import cohorts
 from gpuqueue.extender.controller.client.cached_fields import transform_for
-from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.core.job_state import JobState
@@ -43,9 +43,9 @@ from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
 from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
-from gpuqueue.extender.controller.records import WorkloadRecords
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.records import WorkloadRecords
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.kube import Informer
 from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_gates
 from gpuqueue.extender.quota import convert

@@ -21,9 +21,9 @@ from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.equivalence import pod_sets_from_admission
 from gpuqueue.extender.controller.kinds.managed_kinds import BATCH_JOB
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling, departed_key
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission, WorkloadSpec
 from gpuqueue.extender.quota.state import AdmittedWorkload

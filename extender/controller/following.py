@@ -21,7 +21,7 @@ from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.equivalence import admission_mismatch, same_pod_sets
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.jobframework.managed import queue_name_of
 
 # Kueue's stop reason, and its Event, for a Job that no longer matches its Workload

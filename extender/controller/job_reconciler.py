@@ -19,15 +19,15 @@ from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.departures import Departures
 from gpuqueue.extender.controller.following import Following
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.kinds.lws_groups import LWS_GROUP_KIND, LWS_KIND, LwsGroupKind
 from gpuqueue.extender.controller.kinds.managed_kinds import BATCH_JOB, ManagedKind, controller_ref, without_finalizer
 from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads, owner_uids
 from gpuqueue.extender.controller.kinds.pod_groups import GROUP_KIND
-from gpuqueue.extender.controller.records import read_modify_write
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.records import read_modify_write
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.jobframework.integration import Finished
 from gpuqueue.jobframework.kinds.pods import IS_GROUP_WORKLOAD

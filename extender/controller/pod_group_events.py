@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import Scheduling
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.kinds.lws_groups import LwsGroupKind
 from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 
 
 class PodGroupReconciler:

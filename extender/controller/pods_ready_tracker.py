@@ -24,7 +24,7 @@ from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status
 from gpuqueue.extender.controller.pods_ready_metrics import PodsReadyMetrics
-from gpuqueue.extender.controller.records import read_modify_write
+from gpuqueue.extender.controller.writes.records import read_modify_write
 from gpuqueue.kube import object_key
 
 log = logging.getLogger("gpuqueue.controller.podsready")

@@ -19,7 +19,7 @@ from gpuqueue.extender.controller.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.workload_events import WorkloadReconciler
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.engine import QuotaEngine
 

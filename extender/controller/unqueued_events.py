@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.jobframework.enforcement import EnforcementConfig, covered_resources
 from gpuqueue.jobframework.integration import Integration
 from gpuqueue.jobframework.kinds.pods import Pod

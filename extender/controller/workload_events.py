@@ -12,8 +12,8 @@ from typing import Callable
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.jobs import JobSteering
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 
 log = logging.getLogger("gpuqueue.controller")
 

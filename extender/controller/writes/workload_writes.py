@@ -12,17 +12,17 @@ import asyncio
 import collections
 from typing import Awaitable, Callable
 
-from gpuqueue.extender.controller import cohorts
+from gpuqueue.extender.controller.writes import cohorts
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.workload_records import WorkloadRecordKeeping
-from gpuqueue.extender.controller.records import WorkloadRecords
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.workload_records import WorkloadRecordKeeping
+from gpuqueue.extender.controller.writes.records import WorkloadRecords
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.extender.quota import convert
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission

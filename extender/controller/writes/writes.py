@@ -17,7 +17,7 @@ from typing import Awaitable, Callable
 
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, ORDINARY, URGENT, is_status
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.releases import Barrier, Releases, Scope
+from gpuqueue.extender.controller.writes.releases import Barrier, Releases, Scope
 
 log = logging.getLogger("gpuqueue.controller")
 

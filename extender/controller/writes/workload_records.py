@@ -10,7 +10,7 @@ from gpuqueue.extender.controller import pods_ready
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status
-from gpuqueue.extender.controller.records import read_modify_write
+from gpuqueue.extender.controller.writes.records import read_modify_write
 from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission
 

@@ -20,16 +20,16 @@ from pydantic import ValidationError
 from gpuqueue.api.labelselector import LabelSelectorError, check_label_selector, selector_query
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import parked_pods
+from gpuqueue.extender.controller.writes import parked_pods
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.equivalence import admission_mismatch
-from gpuqueue.extender.controller.events import EventRecorder
+from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.kinds.managed_kinds import PodOwners, pod_set_infos
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind
-from gpuqueue.extender.controller.records import WorkloadRecords, read_modify_write
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.records import WorkloadRecords, read_modify_write
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.model import Admission
 from gpuqueue.jobframework.kinds import pods as P
