@@ -23,26 +23,26 @@ from gpuqueue.extender.controller.writes import cohorts
 from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
-from gpuqueue.extender.controller.departures import Departures
-from gpuqueue.extender.controller.following import Following
+from gpuqueue.extender.controller.reconcilers.departures import Departures
+from gpuqueue.extender.controller.reconcilers.following import Following
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
-from gpuqueue.extender.controller.workload_events import WorkloadReconciler
-from gpuqueue.extender.controller.pod_group_events import PodGroupReconciler
+from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.reconcilers.pod_group_events import PodGroupReconciler
 from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
-from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
+from gpuqueue.extender.controller.reconcilers.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.writes.records import WorkloadRecords
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes.writes import Writes

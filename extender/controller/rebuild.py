@@ -12,13 +12,13 @@ import time
 from pydantic import ValidationError
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.departures import Departures, spec_from_admission
+from gpuqueue.extender.controller.reconcilers.departures import Departures, spec_from_admission
 from gpuqueue.extender.controller.core.equivalence import admission_mismatch
-from gpuqueue.extender.controller.following import Following
-from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.reconcilers.following import Following
+from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.engine import QuotaEngine

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuqueue.extender.controller.writes.events import EventRecorder
-from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import Scheduling
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.kinds.lws_groups import LwsGroupKind

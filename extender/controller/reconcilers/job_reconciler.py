@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.departures import Departures
-from gpuqueue.extender.controller.following import Following
+from gpuqueue.extender.controller.reconcilers.departures import Departures
+from gpuqueue.extender.controller.reconcilers.following import Following
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status

@@ -10,7 +10,7 @@ import time
 from typing import Callable
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
