@@ -87,7 +87,7 @@ def load_configuration(path: Path | None):
 
 def wait_for_pods_ready(doc: dict, path: Path | None):
     """The Configuration's waitForPodsReady (None: off); ValueError naming the file and field."""
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     try:
         return from_kueue_configuration(doc)

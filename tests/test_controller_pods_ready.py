@@ -27,7 +27,7 @@ from gpuqueue.api.kueue import QUEUE_NAME_LABEL
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
+from gpuqueue.extender.controller.podsready.pods_ready import WaitForPodsReady
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.scheduler import verbs
 from tests.controller_support import FAST, Harness, eventually
@@ -308,7 +308,7 @@ async def test_a_restarted_controller_times_out_once_and_keeps_the_backoff():
     ({"tiemout": "5m"}, "waitForPodsReady: unknown field 'tiemout'"),
 ])
 def test_config_errors_are_one_line_naming_the_field(section, error):
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     with pytest.raises(ValueError) as exc:
         from_kueue_configuration({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "waitForPodsReady": section})
@@ -316,7 +316,7 @@ def test_config_errors_are_one_line_naming_the_field(section, error):
 
 
 def test_config_defaults_as_kueue_per_api_version():
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     v2 = "config.kueue.x-k8s.io/v1beta2"
     assert from_kueue_configuration({"apiVersion": v2}) is None  # gpuqueue: off without the section
@@ -334,7 +334,7 @@ def test_config_defaults_as_kueue_per_api_version():
 
 
 def test_backoff_is_kueues_exponential_with_jitter_capped():
-    from gpuqueue.extender.controller.pods_ready import backoff_seconds
+    from gpuqueue.extender.controller.podsready.pods_ready import backoff_seconds
 
     cfg = WaitForPodsReady(backoff_base_seconds=60, backoff_max_seconds=3600)
     assert [backoff_seconds(n, cfg, rand=lambda: 0.0) for n in (1, 2, 3, 7, 8)] == [60, 120, 240, 3600, 3600]

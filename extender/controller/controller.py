@@ -41,7 +41,7 @@ from gpuqueue.extender.controller.queue_status import QueueStatus
 from gpuqueue.extender.controller.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
-from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
+from gpuqueue.extender.controller.podsready.pods_ready_tracker import PodsReadyTracker
 from gpuqueue.extender.controller.reconcilers.unqueued_events import UnqueuedEvents
 from gpuqueue.extender.controller.writes.records import WorkloadRecords
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites

@@ -6,7 +6,7 @@ writers), kept apart for its size."""
 from __future__ import annotations
 
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import pods_ready
+from gpuqueue.extender.controller.podsready import pods_ready
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status

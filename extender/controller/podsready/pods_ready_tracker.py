@@ -19,11 +19,11 @@ import logging
 import time
 from typing import Callable
 from gpuqueue.extender.controller.client import kinds as K
-from gpuqueue.extender.controller import pods_ready as PR
+from gpuqueue.extender.controller.podsready import pods_ready as PR
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.client.kubeapi import is_status
-from gpuqueue.extender.controller.pods_ready_metrics import PodsReadyMetrics
+from gpuqueue.extender.controller.podsready.pods_ready_metrics import PodsReadyMetrics
 from gpuqueue.extender.controller.writes.records import read_modify_write
 from gpuqueue.kube import object_key
 
