@@ -93,7 +93,7 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
 
 async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_changes_reach_it():
     from gpuqueue.extender.controller.client import kinds as K
-    from gpuqueue.extender.controller.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
+    from gpuqueue.extender.controller.queues.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
 
     async with Harness() as h:
         for obj in two_trees():

@@ -4,7 +4,7 @@ pod template edits, queue status."""
 from __future__ import annotations
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.status import cluster_queue_status, queue_counts, same_status
+from gpuqueue.extender.controller.queues.status import cluster_queue_status, queue_counts, same_status
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, FlavorSpec, Quota, ResourceGroupSpec
 from gpuqueue.api.base import Toleration

@@ -22,7 +22,7 @@ from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.writes import cohorts
 from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.writes.events import EventRecorder
-from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
+from gpuqueue.extender.controller.queues.default_queue_label import DefaultQueueLabels
 from gpuqueue.extender.controller.reconcilers.departures import Departures
 from gpuqueue.extender.controller.reconcilers.following import Following
 from gpuqueue.extender.controller.writes.jobs import JobSteering
@@ -37,8 +37,8 @@ from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
 from gpuqueue.extender.controller.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.reconcilers.pod_group_events import PodGroupReconciler
-from gpuqueue.extender.controller.queue_status import QueueStatus
-from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.queues.queue_status import QueueStatus
+from gpuqueue.extender.controller.queues.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.podsready.pods_ready_tracker import PodsReadyTracker

@@ -23,7 +23,7 @@ GO_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 from gpuqueue.api.quantity import engine_int_to_quantity
 
 if TYPE_CHECKING:
-    from gpuqueue.extender.controller.status import QueueCounts
+    from gpuqueue.extender.controller.queues.status import QueueCounts
     from gpuqueue.extender.quota.engine import QuotaEngine
 
 # Kueue's generateExponentialBuckets(14): 1, then 2.5 doubling 13 times (up to 10240 s)
@@ -203,7 +203,7 @@ class Metrics:
     def update(self, engine: "QuotaEngine", counts: "QueueCounts", local_queues: list[tuple[str, str, str]]) -> None:
         """Every gauge from scratch (queues deleted since drop out). `local_queues`: (namespace, name,
         Active condition status) of each LocalQueue."""
-        from gpuqueue.extender.controller.status import cluster_queue_active
+        from gpuqueue.extender.controller.queues.status import cluster_queue_active
 
         for g in self._queue_gauges:
             g.clear()

@@ -17,7 +17,7 @@ from gpuqueue.extender.controller.core.equivalence import admission_mismatch
 from gpuqueue.extender.controller.reconcilers.following import Following
 from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
-from gpuqueue.extender.controller.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.queues.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.kube import Informer, object_key

@@ -16,7 +16,7 @@ from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, KubeApi, is_status
 from gpuqueue.extender.controller.metrics import Metrics
 from gpuqueue.extender.controller.writes.records import read_modify_write
-from gpuqueue.extender.controller.status import (QueueCounts, cluster_queue_status, local_queue_active,
+from gpuqueue.extender.controller.queues.status import (QueueCounts, cluster_queue_status, local_queue_active,
                                                  local_queue_status, queue_counts, same_status)
 from gpuqueue.kube import Informer
 from gpuqueue.extender.quota.engine import QuotaEngine
