@@ -97,13 +97,13 @@ def wait_for_pods_ready(doc: dict, path: Path | None):
 
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
-    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
-    from gpuqueue.extender.controller.metrics import Metrics
-    from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
+    from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.serving.metrics import Metrics
+    from gpuqueue.extender.controller.serving.visibility import start_visibility, with_front_proxy_ca
     from gpuqueue.extender.controller.client.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
-    from gpuqueue.extender.controller.ops import readiness, start_ops
+    from gpuqueue.extender.controller.serving.ops import readiness, start_ops
     from gpuqueue.extender.controller.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.kube.config import ClusterConfigError, api_client

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 
 from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.ops import start_ops
+from gpuqueue.extender.controller.serving.ops import start_ops
 from gpuqueue.extender.controller.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.cli import main

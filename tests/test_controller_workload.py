@@ -125,7 +125,7 @@ def test_cluster_queue_status_publishes_the_weighted_share_under_fair_sharing():
 
 def test_the_weighted_share_metric_names_the_cohort_as_kueues_does():
     """Kueue v0.14+: kueue_cluster_queue_weighted_share{cluster_queue, cohort}."""
-    from gpuqueue.extender.controller.metrics import Metrics
+    from gpuqueue.extender.controller.serving.metrics import Metrics
     from gpuqueue.extender.quota.fairsharing import FairSharing
     from gpuqueue.extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
 

@@ -29,7 +29,7 @@ from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
 from gpuqueue.extender.controller.leader import LeaderElector
 from gpuqueue.extender.controller.core.job_state import JobState
-from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.serving.metrics import Metrics
 from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options

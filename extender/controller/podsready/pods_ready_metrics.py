@@ -9,7 +9,7 @@ import time
 from prometheus_client import CollectorRegistry, Histogram
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
+from gpuqueue.extender.controller.serving.metrics import KUEUE_WAIT_BUCKETS
 from gpuqueue.extender.quota import decisions as d
 
 LQ = ["name", "namespace"]

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, ORDINARY, KubeApi, is_status
-from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.serving.metrics import Metrics
 from gpuqueue.extender.controller.writes.records import read_modify_write
 from gpuqueue.extender.controller.queues.status import (QueueCounts, cluster_queue_status, local_queue_active,
                                                  local_queue_status, queue_counts, same_status)

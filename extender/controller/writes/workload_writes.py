@@ -19,7 +19,7 @@ from gpuqueue.extender.controller.writes.events import EventRecorder
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import CALL_CLASS, CALL_TAG, INFORM, URGENT, KubeApi, is_status
-from gpuqueue.extender.controller.metrics import Metrics
+from gpuqueue.extender.controller.serving.metrics import Metrics
 from gpuqueue.extender.controller.writes.workload_records import WorkloadRecordKeeping
 from gpuqueue.extender.controller.writes.records import WorkloadRecords
 from gpuqueue.extender.controller.writes.writes import Writes

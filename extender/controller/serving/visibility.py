@@ -24,9 +24,9 @@ from typing import Iterable
 from aiohttp import web
 
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller import visibility_openapi
-from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded
-from gpuqueue.extender.controller.visibility_openapi import GROUP, VERSIONS
+from gpuqueue.extender.controller.serving import visibility_openapi
+from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth, guarded
+from gpuqueue.extender.controller.serving.visibility_openapi import GROUP, VERSIONS
 
 # one route per path for every version; handlers read the version asked from match_info
 PREFIX = f"/apis/{GROUP}/{{version:{'|'.join(VERSIONS)}}}"

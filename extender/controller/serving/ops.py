@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.delegated_auth import DelegatedAuth, guarded, metrics_attributes
+from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth, guarded, metrics_attributes
 
 CTL_KEY = web.AppKey("controller", Controller)
 
