@@ -104,7 +104,7 @@ async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
     from gpuqueue.extender.controller.serving.ops import readiness, start_ops
-    from gpuqueue.extender.controller.view import ControllerClusterView
+    from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.kube.config import ClusterConfigError, api_client
 
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from gpuqueue.extender.controller.explain import explain_job
+    from gpuqueue.extender.controller.explain.explain import explain_job
     from gpuqueue.kube.config import ClusterConfigError, api_client
 
     if "/" not in args.job:

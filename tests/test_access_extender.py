@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.explain import explain_job
+from gpuqueue.extender.controller.explain.explain import explain_job
 from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from gpuqueue import access

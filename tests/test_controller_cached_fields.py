@@ -27,7 +27,7 @@ from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.kinds.managed_kinds import batch_job
 from gpuqueue.jobframework.podset import PodSetInfo
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.placement.kube import node_info_from_dict
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import CachedPod, controller_uid

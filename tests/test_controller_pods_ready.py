@@ -28,7 +28,7 @@ from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.podsready.pods_ready import WaitForPodsReady
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import verbs
 from tests.controller_support import FAST, Harness, eventually
 from tests.standin import resources as R
@@ -382,7 +382,7 @@ async def test_a_pod_group_is_judged_by_its_pods_readiness_and_times_out_like_a_
 
 
 def test_explain_says_pods_ready_and_the_backoff():
-    from gpuqueue.extender.controller.explain import explain
+    from gpuqueue.extender.controller.explain.explain import explain
 
     job_obj = {"metadata": {"namespace": NS, "name": "stuck", "uid": "u1"}}
     wl = {"metadata": {"namespace": NS, "name": "job-stuck-1"}, "spec": {"queueName": "lq"}, "status": {

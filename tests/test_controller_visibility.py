@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
-from gpuqueue.extender.controller.explain import explain_job
+from gpuqueue.extender.controller.explain.explain import explain_job
 from gpuqueue.extender.controller.client.kinds import Kind
 from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.extender.controller.serving.visibility import Visibility, start_visibility, with_front_proxy_ca

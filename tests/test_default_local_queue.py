@@ -184,7 +184,7 @@ def test_which_namespaces_carry_the_label():
 
 
 def test_explain_says_why_a_gpu_job_has_no_workload():
-    from gpuqueue.extender.controller.explain import NotQueuedContext, explain
+    from gpuqueue.extender.controller.explain.explain import NotQueuedContext, explain
 
     job = {**unlabelled_job("team-x", "stray"), "metadata": {"namespace": "team-x", "name": "stray", "uid": "u1"}}
     cqs = {"gpu": QUOTA[1]}

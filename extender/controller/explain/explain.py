@@ -15,11 +15,11 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.explain_tas import topology_lines
+from gpuqueue.extender.controller.explain.explain_tas import topology_lines
 from gpuqueue.extender.controller.podsready.pods_ready import explain_lines as pods_ready_lines
 from gpuqueue.extender.controller.core.owned_workloads import owner_uids
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
-from gpuqueue.extender.controller.view import CacheView
+from gpuqueue.extender.controller.clusterview.view import CacheView
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import Admitted, NotAdmitted
 from gpuqueue.api.quantity import format_engine_int, parse_engine_int

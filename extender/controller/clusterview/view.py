@@ -17,7 +17,7 @@ from gpuqueue.api.base import Toleration
 from gpuqueue.api import topology
 from gpuqueue.api.core import Pod
 from gpuqueue.extender.controller.core import workload as W
-from gpuqueue.extender.controller.tas_nodes import NodeCapacities
+from gpuqueue.extender.controller.clusterview.tas_nodes import NodeCapacities
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict
 from gpuqueue.extender.placement.model import GPU_RESOURCE, FlavorSelector
 from gpuqueue.extender.scheduler.indexes import ViewIndexes
