@@ -27,14 +27,14 @@ from gpuqueue.extender.controller.reconcilers.departures import Departures
 from gpuqueue.extender.controller.reconcilers.following import Following
 from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
-from gpuqueue.extender.controller.leader import LeaderElector
+from gpuqueue.extender.controller.leadership.leader import LeaderElector
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.serving.metrics import Metrics
 from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
 from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
-from gpuqueue.extender.controller.rebuild import RebuildFromApi
+from gpuqueue.extender.controller.leadership.rebuild import RebuildFromApi
 from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
 from gpuqueue.extender.controller.reconcilers.pod_group_events import PodGroupReconciler
 from gpuqueue.extender.controller.queues.queue_status import QueueStatus
