@@ -26,10 +26,10 @@ import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line sa
 
 from kubernetes_asyncio import client  # noqa: E402
 
-from gpuqueue.extender.controller import kinds as K  # noqa: E402
+from gpuqueue.extender.controller.client import kinds as K  # noqa: E402
 from gpuqueue.extender.controller.controller import Controller  # noqa: E402
 from gpuqueue.extender.controller.options import Options  # noqa: E402
-from gpuqueue.extender.controller.kubeapi import KubeApi  # noqa: E402
+from gpuqueue.extender.controller.client.kubeapi import KubeApi  # noqa: E402
 from tests.standin import ApiServer  # noqa: E402
 from tests.standin import resources as R  # noqa: E402
 

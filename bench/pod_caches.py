@@ -21,7 +21,7 @@ import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line sa
 import orjson  # noqa: E402
 from kubernetes_asyncio import client  # noqa: E402
 
-from gpuqueue.extender.controller import kinds as K  # noqa: E402
+from gpuqueue.extender.controller.client import kinds as K  # noqa: E402
 from gpuqueue.extender.controller.controller import Controller  # noqa: E402
 from gpuqueue.jobframework.registry import IntegrationsConfig  # noqa: E402
 from tests.controller_support import FAST  # noqa: E402

@@ -87,7 +87,7 @@ def load_configuration(path: Path | None):
 
 def wait_for_pods_ready(doc: dict, path: Path | None):
     """The Configuration's waitForPodsReady (None: off); ValueError naming the file and field."""
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     try:
         return from_kueue_configuration(doc)
@@ -97,14 +97,14 @@ def wait_for_pods_ready(doc: dict, path: Path | None):
 
 async def serve(args: argparse.Namespace) -> int:
     from gpuqueue.extender.controller.controller import Controller
-    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
-    from gpuqueue.extender.controller.metrics import Metrics
-    from gpuqueue.extender.controller.visibility import start_visibility, with_front_proxy_ca
-    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.serving.metrics import Metrics
+    from gpuqueue.extender.controller.serving.visibility import start_visibility, with_front_proxy_ca
+    from gpuqueue.extender.controller.client.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.extender.controller.options import Options
-    from gpuqueue.extender.controller.ops import readiness, start_ops
-    from gpuqueue.extender.controller.view import ControllerClusterView
+    from gpuqueue.extender.controller.serving.ops import readiness, start_ops
+    from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.kube.config import ClusterConfigError, api_client
 
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from gpuqueue.extender.controller.explain import explain_job
+    from gpuqueue.extender.controller.explain.explain import explain_job
     from gpuqueue.kube.config import ClusterConfigError, api_client
 
     if "/" not in args.job:

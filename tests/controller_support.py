@@ -11,11 +11,11 @@ from pathlib import Path
 import yaml
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.kubeapi import KubeApi
+from gpuqueue.extender.controller.client.kubeapi import KubeApi
 from gpuqueue.api import core
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.api.quantity import parse_engine_int as to_engine_int

@@ -53,7 +53,7 @@ async def controller_and_extender(h, tmp_path: Path, mode: str = "Strict"):
     from kubernetes_asyncio import client
 
     from gpuqueue.extender.controller.controller import Controller
-    from gpuqueue.extender.controller.view import ControllerClusterView
+    from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
     from gpuqueue.extender.scheduler import app as extender_app
     from gpuqueue.jobframework.enforcement import EnforcementConfig
     from tests.controller_support import FAST

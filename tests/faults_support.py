@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import time
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.standin import Write
 from tests.standin import resources as R
 from tests.standin.faults import EXEMPT_HEADER

@@ -21,9 +21,9 @@ import asyncio
 import copy
 import logging
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_KIND
 from tests.workload_kinds import JOBSET, RAYCLUSTER, Sample
 

@@ -42,7 +42,7 @@ async def flame_reclaimed(h: Harness):
     """FLAME up to the reclaim (A holds its 4, two of C's 4 were preempted and wait), plus the
     cpu ClusterQueue with one Job admitted and the inactive one with one Job waiting. Returns the
     controller and A's and C's Job keys."""
-    from gpuqueue.extender.controller import workload as W
+    from gpuqueue.extender.controller.core import workload as W
 
     for obj in CPU_QUEUE:
         await h.apply(obj)

@@ -18,8 +18,8 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.controller import Controller
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.explain.explain import explain_job
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from gpuqueue import access
 from tests.standin import ApiServer
@@ -166,9 +166,9 @@ async def queue_status_conflicts_and_explain() -> None:
 async def metrics_behind_delegated_auth() -> None:
     """/metrics scraped with a token: a TokenReview, a SubjectAccessReview, and at start the
     front-proxy settings of kube-aggregator (kube-system/extension-apiserver-authentication)."""
-    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
-    from gpuqueue.extender.controller.kubeapi import KubeApi
-    from gpuqueue.extender.controller.ops import start_ops
+    from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.client.kubeapi import KubeApi
+    from gpuqueue.extender.controller.serving.ops import start_ops
     from tests.metrics_support import scrape
 
     async with RecordingHarness() as h:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from tests.standin import resources as R
 from tests.controller_support import Harness, eventually, scenario
 

@@ -1,4 +1,4 @@
-"""The controller's cache transforms (extender/controller/cached_fields.py) drop nothing a reader
+"""The controller's cache transforms (extender/controller/client/cached_fields.py) drop nothing a reader
 uses: recorded Kubernetes 1.24 objects (shared/fixtures/k8s-1.24), and variants of them carrying
 the fields a pod may have (init containers, sidecars, overhead, a custom scheduler, deletion,
 affinity...), go through every reader of the caches twice - into a controller whose informers
@@ -22,12 +22,12 @@ from kubernetes_asyncio import client
 
 from gpuqueue.api.base import Toleration
 from gpuqueue.api.core import Node, Pod
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.cached_fields import transform_for
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.client.cached_fields import transform_for
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.managed_kinds import batch_job
+from gpuqueue.extender.controller.kinds.managed_kinds import batch_job
 from gpuqueue.jobframework.podset import PodSetInfo
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.placement.kube import node_info_from_dict
 from gpuqueue.extender.scheduler.enforce import judge_pod
 from gpuqueue.extender.scheduler.view import CachedPod, controller_uid

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.writes.writes import Writes
 
 
 def _writes(ctl: SimpleNamespace) -> Writes:

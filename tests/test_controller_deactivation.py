@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from gpuqueue.cli import main
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import Harness, eventually, together_one_pending
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller.equivalence import admission_mismatch, pod_sets_from_admission, same_pod_sets
+from gpuqueue.extender.controller.core.equivalence import admission_mismatch, pod_sets_from_admission, same_pod_sets
 from gpuqueue.extender.quota.model import Admission, PodSetSpec
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView, queue_name_of, stays_managed
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import Harness, eventually, together_one_pending
 from tests.metrics_support import flame_reclaimed
 

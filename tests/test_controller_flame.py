@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import Harness, eventually, flame_running, job_key, scenario
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}

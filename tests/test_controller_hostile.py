@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.jobframework.managed import ManagedJobsConfig
 from tests.controller_support import FAST, Harness, eventually, flame_running, scenario
 from tests.standin import resources as R

@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.managed_kinds import RUNTIMES, kind_of
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, kind_of
 from gpuqueue.jobframework.names import workload_name
 from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually

@@ -5,7 +5,7 @@ move quota take a free connection before the others."""
 import pytest
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller.kubeapi import skip_environment_lookups
+from gpuqueue.extender.controller.client.kubeapi import skip_environment_lookups
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
 
@@ -45,7 +45,7 @@ async def test_a_proxy_variable_keeps_the_environment_trusted(no_proxy_env, vari
 async def test_more_urgent_calls_take_the_next_free_slot_first():
     import asyncio
 
-    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+    from gpuqueue.extender.controller.client.kubeapi import INFORM, ORDINARY, URGENT, Slots
 
     slots = Slots(1)
     await slots.take(ORDINARY)  # the one slot is busy
@@ -71,7 +71,7 @@ async def test_more_urgent_calls_take_the_next_free_slot_first():
 async def test_a_waiting_call_promoted_goes_after_the_urgent_ones_already_waiting():
     import asyncio
 
-    from gpuqueue.extender.controller.kubeapi import ORDINARY, URGENT, Slots
+    from gpuqueue.extender.controller.client.kubeapi import ORDINARY, URGENT, Slots
 
     slots = Slots(1)
     await slots.take(ORDINARY)
@@ -94,7 +94,7 @@ async def test_a_waiting_call_promoted_goes_after_the_urgent_ones_already_waitin
 async def test_a_call_moved_to_the_front_of_a_class_goes_before_its_earlier_calls_after_the_urgent():
     import asyncio
 
-    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+    from gpuqueue.extender.controller.client.kubeapi import INFORM, ORDINARY, URGENT, Slots
 
     slots = Slots(1)
     await slots.take(ORDINARY)
@@ -119,7 +119,7 @@ async def test_a_waiting_call_withdrawn_is_never_sent_and_the_others_go_on():
 
     import pytest
 
-    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, Slots
+    from gpuqueue.extender.controller.client.kubeapi import INFORM, ORDINARY, Slots
 
     slots = Slots(1)
     await slots.take(ORDINARY)
@@ -149,7 +149,7 @@ async def test_promotions_and_withdrawals_among_thousands_waiting_keep_every_slo
     every call still runs once or is withdrawn, FIFO within its class, and every slot comes back."""
     import asyncio
 
-    from gpuqueue.extender.controller.kubeapi import INFORM, ORDINARY, URGENT, Slots
+    from gpuqueue.extender.controller.client.kubeapi import INFORM, ORDINARY, URGENT, Slots
 
     slots = Slots(2)
     await slots.take(ORDINARY)

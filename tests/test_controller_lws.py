@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.integration import json_copy
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig

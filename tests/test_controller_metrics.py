@@ -9,9 +9,9 @@ import asyncio
 
 import aiohttp
 
-from gpuqueue.extender.controller.metrics import KUEUE_WAIT_BUCKETS
-from gpuqueue.extender.controller.ops import start_ops
-from gpuqueue.extender.controller.kinds import Kind
+from gpuqueue.extender.controller.serving.metrics import KUEUE_WAIT_BUCKETS
+from gpuqueue.extender.controller.serving.ops import start_ops
+from gpuqueue.extender.controller.client.kinds import Kind
 from tests.controller_support import Harness, eventually
 from tests.metrics_support import INF, Scrape, flame_reclaimed, scrape
 
@@ -149,8 +149,8 @@ async def test_metrics_answer_only_callers_the_api_server_authorises(tmp_path):
     stay open; answers are cached; a flood of made-up tokens is refused once over its own budget."""
     from kubernetes_asyncio import client
 
-    from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
-    from gpuqueue.extender.controller.kubeapi import KubeApi
+    from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
+    from gpuqueue.extender.controller.client.kubeapi import KubeApi
     from gpuqueue.tls import ReloadingTLS
     from tests.metrics_support import apply_manifest_objects, serving_certs
 

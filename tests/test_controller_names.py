@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 import hashlib
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.jobframework.names import workload_name
 from tests.controller_support import Harness, eventually, flame_running, job_key, scenario
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import aiohttp
 
-from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.ops import start_ops
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.explain.explain import explain_job
+from gpuqueue.extender.controller.serving.ops import start_ops
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.cli import main
 from tests.standin import resources as R

@@ -12,8 +12,8 @@ import time
 import orjson
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import parked_pods
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.writes import parked_pods
 from tests.controller_support import Harness, eventually
 from tests.standin import resources as R
 from tests.standin.schedqueue import CURRENT, V1_24, RealClock

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.records import read_modify_write
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.writes.records import read_modify_write
 from tests.shared_fixtures import k8s_recording
 from tests.controller_support import Harness, eventually, scenario, together_one_pending
 

@@ -7,7 +7,7 @@ import asyncio
 import copy
 import dataclasses
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import FAST, Harness, eventually, scenario
 from tests.standin import resources as R
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually

@@ -1,11 +1,11 @@
-"""The controller's record of a pod group (extender/controller/pod_groups.py): the pods of one
+"""The controller's record of a pod group (extender/controller/kinds/pod_groups.py): the pods of one
 group gathered from pod events, and the Workload Kueue makes of them - named after the group,
 owned by every pod, a pod set per role, made only once the group is complete, with Kueue's
 messages when it cannot be."""
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller.pod_groups import PodGroups, group_key
+from gpuqueue.extender.controller.kinds.pod_groups import PodGroups, group_key
 from gpuqueue.jobframework.kinds import pods as P
 from tests.workload_kinds import GPU, container
 

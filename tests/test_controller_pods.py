@@ -13,11 +13,11 @@ import dataclasses
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.names import workload_name
-from gpuqueue.extender.controller.managed_kinds import kind_of
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
 from gpuqueue.jobframework.registry import BY_FRAMEWORK, IntegrationsConfig
 from tests.controller_support import FAST, Harness, eventually
 from tests.test_controller_kinds import GH200, GPU, WORKLOADS, preemptor, quota_objects

@@ -24,11 +24,11 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.podsready.pods_ready import WaitForPodsReady
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import verbs
 from tests.controller_support import FAST, Harness, eventually
 from tests.standin import resources as R
@@ -308,7 +308,7 @@ async def test_a_restarted_controller_times_out_once_and_keeps_the_backoff():
     ({"tiemout": "5m"}, "waitForPodsReady: unknown field 'tiemout'"),
 ])
 def test_config_errors_are_one_line_naming_the_field(section, error):
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     with pytest.raises(ValueError) as exc:
         from_kueue_configuration({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "waitForPodsReady": section})
@@ -316,7 +316,7 @@ def test_config_errors_are_one_line_naming_the_field(section, error):
 
 
 def test_config_defaults_as_kueue_per_api_version():
-    from gpuqueue.extender.controller.pods_ready import from_kueue_configuration
+    from gpuqueue.extender.controller.podsready.pods_ready import from_kueue_configuration
 
     v2 = "config.kueue.x-k8s.io/v1beta2"
     assert from_kueue_configuration({"apiVersion": v2}) is None  # gpuqueue: off without the section
@@ -334,7 +334,7 @@ def test_config_defaults_as_kueue_per_api_version():
 
 
 def test_backoff_is_kueues_exponential_with_jitter_capped():
-    from gpuqueue.extender.controller.pods_ready import backoff_seconds
+    from gpuqueue.extender.controller.podsready.pods_ready import backoff_seconds
 
     cfg = WaitForPodsReady(backoff_base_seconds=60, backoff_max_seconds=3600)
     assert [backoff_seconds(n, cfg, rand=lambda: 0.0) for n in (1, 2, 3, 7, 8)] == [60, 120, 240, 3600, 3600]
@@ -382,7 +382,7 @@ async def test_a_pod_group_is_judged_by_its_pods_readiness_and_times_out_like_a_
 
 
 def test_explain_says_pods_ready_and_the_backoff():
-    from gpuqueue.extender.controller.explain import explain
+    from gpuqueue.extender.controller.explain.explain import explain
 
     job_obj = {"metadata": {"namespace": NS, "name": "stuck", "uid": "u1"}}
     wl = {"metadata": {"namespace": NS, "name": "job-stuck-1"}, "spec": {"queueName": "lq"}, "status": {
@@ -426,7 +426,7 @@ async def test_a_jobset_is_judged_by_its_pods_readiness_and_times_out_like_a_job
     one JobSet whose pods all become ready keeps running; one with a worker that never does is
     evicted `timeout` after its admission with Kueue's reason and message, suspended again, and
     requeued with backoff."""
-    from gpuqueue.extender.controller.managed_kinds import kind_of
+    from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
     from gpuqueue.jobframework.names import workload_name
     from gpuqueue.jobframework.registry import BY_KIND, IntegrationsConfig
     from tests.kind_controllers import KindControllers

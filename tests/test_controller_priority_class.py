@@ -6,8 +6,8 @@ and as a preemptor, an admitted one as a preemption victim."""
 from __future__ import annotations
 
 from gpuqueue.api.kueue import PRIORITY_CLASS_LABEL
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import Harness, eventually
 from tests.test_controller_behaviour import gpu_job, two_pool_objects
 

@@ -12,7 +12,7 @@ import asyncio
 import copy
 import dataclasses
 
-from gpuqueue.extender.controller.ops import start_ops
+from gpuqueue.extender.controller.serving.ops import start_ops
 from tests.controller_support import FAST, Harness, eventually, scenario
 from tests.metrics_support import scrape, Scrape
 

@@ -4,7 +4,7 @@
 import asyncio
 import random
 
-from gpuqueue.extender.controller.releases import Releases
+from gpuqueue.extender.controller.writes.releases import Releases
 
 
 async def settled(task: asyncio.Task) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.standin import resources as R
 from tests.controller_support import Harness, eventually
 from tests.test_controller_behaviour import gpu_job, two_pool_objects
@@ -92,8 +92,8 @@ async def test_a_release_under_way_holds_back_admissions_in_its_own_tree_only():
 
 
 async def test_status_writes_to_quota_objects_leave_the_engine_alone_and_spec_changes_reach_it():
-    from gpuqueue.extender.controller import kinds as K
-    from gpuqueue.extender.controller.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
+    from gpuqueue.extender.controller.client import kinds as K
+    from gpuqueue.extender.controller.queues.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
 
     async with Harness() as h:
         for obj in two_trees():

@@ -4,8 +4,8 @@ nodeSelector edited while it was suspended does not take it off its flavor's nod
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import Harness, eventually, flame_running
 
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}

@@ -13,12 +13,12 @@ import io
 import aiohttp
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.delegated_auth import DelegatedAuth
-from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.kinds import Kind
-from gpuqueue.extender.controller.kubeapi import KubeApi
-from gpuqueue.extender.controller.visibility import Visibility, start_visibility, with_front_proxy_ca
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.serving.delegated_auth import DelegatedAuth
+from gpuqueue.extender.controller.explain.explain import explain_job
+from gpuqueue.extender.controller.client.kinds import Kind
+from gpuqueue.extender.controller.client.kubeapi import KubeApi
+from gpuqueue.extender.controller.serving.visibility import Visibility, start_visibility, with_front_proxy_ca
 from gpuqueue.tls import ReloadingTLS
 from tests.controller_support import Harness, eventually, job_key
 from tests.metrics_support import apply_manifest_objects, flame_reclaimed, serving_certs

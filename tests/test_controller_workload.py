@@ -3,8 +3,8 @@ pod template edits, queue status."""
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller import workload as W
-from gpuqueue.extender.controller.status import cluster_queue_status, queue_counts, same_status
+from gpuqueue.extender.controller.core import workload as W
+from gpuqueue.extender.controller.queues.status import cluster_queue_status, queue_counts, same_status
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import Admission, ClusterQueueSpec, FlavorSpec, Quota, ResourceGroupSpec
 from gpuqueue.api.base import Toleration
@@ -125,7 +125,7 @@ def test_cluster_queue_status_publishes_the_weighted_share_under_fair_sharing():
 
 def test_the_weighted_share_metric_names_the_cohort_as_kueues_does():
     """Kueue v0.14+: kueue_cluster_queue_weighted_share{cluster_queue, cohort}."""
-    from gpuqueue.extender.controller.metrics import Metrics
+    from gpuqueue.extender.controller.serving.metrics import Metrics
     from gpuqueue.extender.quota.fairsharing import FairSharing
     from gpuqueue.extender.quota.model import CohortSpec, LocalQueueSpec, PodSetSpec, WorkloadSpec
 

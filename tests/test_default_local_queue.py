@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.queues.default_queue_label import DEFAULT_LOCAL_QUEUE_LABEL
 from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
 from gpuqueue.jobframework.registry import DEFAULT_FRAMEWORKS, IntegrationsConfig
 from gpuqueue.jobframework.unqueued import EVENT_REASON
@@ -162,7 +162,7 @@ async def test_a_bare_gpu_pod_nothing_will_admit_is_warned_about_at_creation(cer
 
 
 def test_which_namespaces_carry_the_label():
-    from gpuqueue.extender.controller.default_queue_label import wanted_labels
+    from gpuqueue.extender.controller.queues.default_queue_label import wanted_labels
 
     namespaces = {"team-a": {"kubernetes.io/metadata.name": "team-a"},
                   "team-b": {"kubernetes.io/metadata.name": "team-b", DEFAULT_LOCAL_QUEUE_LABEL: "true"},
@@ -184,7 +184,7 @@ def test_which_namespaces_carry_the_label():
 
 
 def test_explain_says_why_a_gpu_job_has_no_workload():
-    from gpuqueue.extender.controller.explain import NotQueuedContext, explain
+    from gpuqueue.extender.controller.explain.explain import NotQueuedContext, explain
 
     job = {**unlabelled_job("team-x", "stray"), "metadata": {"namespace": "team-x", "name": "stray", "uid": "u1"}}
     cqs = {"gpu": QUOTA[1]}

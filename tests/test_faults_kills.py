@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.core import workload as W
 from tests.controller_support import eventually, job_key
 from tests.faults_support import OPTS, FaultRun, assert_clean, baseline, converge, report
 

@@ -26,9 +26,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuqueue.api.kueue import QUEUE_NAME_LABEL
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import verbs
 from gpuqueue.extender.scheduler.catchup import WAIT_SECONDS
 from tests.controller_support import FAST, Harness, eventually

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from tests.controller_support import Harness, eventually
 from tests.standin import resources as R
 from tests.test_invariants_pods import job, whole_loop

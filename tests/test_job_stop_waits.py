@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gpuqueue.extender.controller.jobs import JobSteering
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 
 
 def steering() -> JobSteering:

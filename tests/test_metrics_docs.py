@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.pods_ready_metrics import PodsReadyMetrics
+from gpuqueue.extender.controller.serving.metrics import Metrics
+from gpuqueue.extender.controller.podsready.pods_ready_metrics import PodsReadyMetrics
 from tests.metrics_support import declared_families
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"

@@ -14,7 +14,7 @@ import time
 import orjson
 import pytest
 
-from gpuqueue.extender.controller.view import CacheView
+from gpuqueue.extender.controller.clusterview.view import CacheView
 from gpuqueue.extender.scheduler import start
 from gpuqueue.extender.scheduler.verbs import filter_verb
 from tests.controller_support import eventually

@@ -18,11 +18,11 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.jobframework.unqueued import how_to_queue
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import workload as W
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.explain.explain import explain_job
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler.view import ADMITTED
 from tests.controller_support import Harness, eventually
 from tests.extender_support import anonymous_context, chosen, controller_and_extender, post

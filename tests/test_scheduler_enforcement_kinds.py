@@ -13,8 +13,8 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.managed_kinds import kind_of
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.kinds.managed_kinds import kind_of
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.extender.scheduler.view import ADMITTED
 from gpuqueue.jobframework.names import workload_name

@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 
 from gpuqueue.jobframework.unqueued import how_to_queue
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.scheduler.view import ADMITTED
 from gpuqueue.jobframework.kinds import pods
 from gpuqueue.jobframework.registry import IntegrationsConfig

@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from tests.controller_support import FAST, Harness, eventually, job_key, scenario
 from tests.extender_support import extender_cert_dir, scheduler_context

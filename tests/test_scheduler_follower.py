@@ -22,9 +22,9 @@ import orjson
 import pytest
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
+from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.scheduler import app as extender_app
 from gpuqueue.extender.scheduler.verbs import filter_verb
 from gpuqueue.extender.scheduler.view import PENDING

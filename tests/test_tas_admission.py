@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from gpuqueue.api.topology import HOSTNAME_LABEL
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.controller.view import ControllerClusterView
+from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from tests.controller_support import FAST, Harness, eventually
 from tests.extender_support import controller_and_extender, post
 from tests.standin import resources as R

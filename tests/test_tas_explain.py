@@ -5,8 +5,8 @@ on the issue's Topology of 2 blocks x 2 racks x 2 nodes x 4 GPUs."""
 
 from __future__ import annotations
 
-from gpuqueue.extender.controller.explain import explain_job
-from gpuqueue.extender.controller.explain_tas import topology_lines
+from gpuqueue.extender.controller.explain.explain import explain_job
+from gpuqueue.extender.controller.explain.explain_tas import topology_lines
 from tests.controller_support import eventually
 from tests.test_tas_admission import BLOCK, RACK, TAS_WORLD, job, running
 

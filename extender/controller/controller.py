@@ -18,34 +18,34 @@ import logging
 import time
 from kubernetes_asyncio import client
 
-from gpuqueue.extender.controller import kinds as K
-from gpuqueue.extender.controller import cohorts
-from gpuqueue.extender.controller.cached_fields import transform_for
-from gpuqueue.extender.controller.events import EventRecorder
-from gpuqueue.extender.controller.default_queue_label import DefaultQueueLabels
-from gpuqueue.extender.controller.departures import Departures
-from gpuqueue.extender.controller.following import Following
-from gpuqueue.extender.controller.jobs import JobSteering
-from gpuqueue.extender.controller.kubeapi import KubeApi, is_status, skip_environment_lookups
-from gpuqueue.extender.controller.leader import LeaderElector
-from gpuqueue.extender.controller.job_state import JobState
-from gpuqueue.extender.controller.metrics import Metrics
-from gpuqueue.extender.controller.job_reconciler import JobReconciler
-from gpuqueue.extender.controller.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
+from gpuqueue.extender.controller.client import kinds as K
+from gpuqueue.extender.controller.writes import cohorts
+from gpuqueue.extender.controller.client.cached_fields import transform_for
+from gpuqueue.extender.controller.writes.events import EventRecorder
+from gpuqueue.extender.controller.queues.default_queue_label import DefaultQueueLabels
+from gpuqueue.extender.controller.reconcilers.departures import Departures
+from gpuqueue.extender.controller.reconcilers.following import Following
+from gpuqueue.extender.controller.writes.jobs import JobSteering
+from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status, skip_environment_lookups
+from gpuqueue.extender.controller.leadership.leader import LeaderElector
+from gpuqueue.extender.controller.core.job_state import JobState
+from gpuqueue.extender.controller.serving.metrics import Metrics
+from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
-from gpuqueue.extender.controller.owned_workloads import OwnedWorkloads
-from gpuqueue.extender.controller.rebuild import RebuildFromApi
-from gpuqueue.extender.controller.workload_events import WorkloadReconciler
-from gpuqueue.extender.controller.pod_group_events import PodGroupReconciler
-from gpuqueue.extender.controller.queue_status import QueueStatus
-from gpuqueue.extender.controller.quota_objects import QuotaObjects
-from gpuqueue.extender.controller.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
-from gpuqueue.extender.controller.pod_groups import PodGroupKind, with_groups
-from gpuqueue.extender.controller.pods_ready_tracker import PodsReadyTracker
-from gpuqueue.extender.controller.unqueued_events import UnqueuedEvents
-from gpuqueue.extender.controller.records import WorkloadRecords
-from gpuqueue.extender.controller.workload_writes import WorkloadWrites
-from gpuqueue.extender.controller.writes import Writes
+from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
+from gpuqueue.extender.controller.leadership.rebuild import RebuildFromApi
+from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.reconcilers.pod_group_events import PodGroupReconciler
+from gpuqueue.extender.controller.queues.queue_status import QueueStatus
+from gpuqueue.extender.controller.queues.quota_objects import QuotaObjects
+from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind, with_lws_groups
+from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
+from gpuqueue.extender.controller.podsready.pods_ready_tracker import PodsReadyTracker
+from gpuqueue.extender.controller.reconcilers.unqueued_events import UnqueuedEvents
+from gpuqueue.extender.controller.writes.records import WorkloadRecords
+from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
+from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.kube import Informer
 from gpuqueue.kube.version import TOO_OLD_FOR_PODS, server_version, too_old_for_gates
 from gpuqueue.extender.quota import convert

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuqueue.extender.controller.pods_ready import WaitForPodsReady
+from gpuqueue.extender.controller.podsready.pods_ready import WaitForPodsReady
 from gpuqueue.extender.quota.fairsharing import FairSharing
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.managed import ManagedJobsConfig

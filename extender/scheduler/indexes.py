@@ -1,6 +1,6 @@
 """The lookups every ClusterView answers the same way: pods and owners by UID, Workloads by their
 owner's UID, the node cache and the policy. The controller's view fills them from Kubernetes
-objects (``extender.controller.view.CacheView``), the in-memory one from a test's setup."""
+objects (``extender.controller.clusterview.view.CacheView``), the in-memory one from a test's setup."""
 
 from __future__ import annotations
 

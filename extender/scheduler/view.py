@@ -4,7 +4,7 @@ hands them.
 The verbs trust nothing in a request body that these facts can check: a pod is looked up by UID
 in the view's own pod cache, and its namespace, owner, requests and tolerations come from there
 (``CachedPod``), never from the body. The controller implements the protocol over its watch
-caches (``extender.controller.view``); ``memory.InMemoryClusterView`` implements it for tests
+caches (``extender.controller.clusterview.view``); ``memory.InMemoryClusterView`` implements it for tests
 and the benchmark."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from gpuqueue.extender.placement.model import GPU_RESOURCE
 from gpuqueue.extender.quota.engine import QuotaEngine
 from gpuqueue.extender.quota.model import WorkloadSpec
 from gpuqueue.extender.quota.tas.flavors import TopologyFlavors
-from gpuqueue.extender.controller.tas_nodes import NodeCapacities
+from gpuqueue.extender.controller.clusterview.tas_nodes import NodeCapacities
 from gpuqueue.extender.simulate import kinds as K
 from gpuqueue.extender.simulate.kinds import KindObject
 from gpuqueue.extender.simulate.placement import NodePlacer

@@ -211,5 +211,5 @@ class Configuration(KubeModel):
     managed_jobs_namespace_selector: LabelSelector | None = None
     # which workload kinds are queued: read by gpuqueue.jobframework.registry.IntegrationsConfig
     integrations: dict[str, Any] | None = None
-    # Kueue's waitForPodsReady: read by gpuqueue.extender.controller.pods_ready
+    # Kueue's waitForPodsReady: read by gpuqueue.extender.controller.podsready.pods_ready
     wait_for_pods_ready: dict[str, Any] | None = None

@@ -3,7 +3,7 @@ controller-runtime's `cache.Options.DefaultTransform` / `TransformStripManagedFi
 
 A transform drops fields by name, never keeps by name: a field some future reader needs is kept
 unless it is listed here, so a new reader fails safe. Which fields a component may drop is that
-component's decision (for the controller: extender/controller/cached_fields.py).
+component's decision (for the controller: extender/controller/client/cached_fields.py).
 
 Paths are dotted field names; `[]` steps into every element of a list:
 `spec.containers[].env` drops `env` of every container.
