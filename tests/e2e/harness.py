@@ -116,7 +116,15 @@ class Cluster:
             return
         keep = self.failed or os.environ.get("GPUQUEUE_E2E_KEEP") == "1"
         logs = Path(self.c.path("logs")) if self.c.dir else None
-        self.c.stop()  # every process it spawned (webhook, extender too), by PID
+        before = os.environ.get("REALCLUSTER_KEEP")
+        os.environ["REALCLUSTER_KEEP"] = "1"   # its folder stays until the logs are copied
+        try:
+            self.c.stop()  # every process it spawned (webhook, extender too), by PID
+        finally:
+            if before is None:
+                os.environ.pop("REALCLUSTER_KEEP", None)
+            else:
+                os.environ["REALCLUSTER_KEEP"] = before
         if keep and logs and logs.is_dir():
             shutil.copytree(logs, self.dir / "logs", dirs_exist_ok=True)
         if keep:
@@ -225,11 +233,11 @@ class Cluster:
 
     def fail(self, message: str):
         self.failed = True
-        raise E2EFailure(f"{message}\n(run folder: {self.dir}; logs of every process in "
-                         f"{self.c.path('logs') if self.c else '?'}, kept in {self.dir}/logs)")
+        raise E2EFailure(f"{message}\n(logs of every process: {self.dir}/logs, kept after the session)")
 
-    def wait_for(self, what: str, probe, timeout: float = 30.0, poll: float = 0.2):
-        """Poll `probe()` until it returns something truthy; fail naming `what` and its last value."""
+    def wait_for(self, what: str, probe, timeout: float = 30.0, poll: float = 0.2, show=None):
+        """Poll `probe()` until it returns something truthy; fail naming `what` and its last value
+        (or what `show()` returns then)."""
         deadline = time.monotonic() + timeout
         last = None
         while True:
@@ -240,7 +248,12 @@ class Cluster:
             if last and not isinstance(last, Exception):
                 return last
             if time.monotonic() >= deadline:
-                self.fail(f"{what}: not within {timeout:.0f}s; last seen: {str(last)[:1500]}")
+                if show is not None:
+                    try:
+                        last = show()
+                    except Exception as e:
+                        last = e
+                self.fail(f"{what}: not within {timeout:.0f}s; last seen: {str(last)[:2000]}")
             time.sleep(poll)
 
     def get(self, path: str, **query):
