@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,10 @@ class Cluster:
         before = os.environ.get("REALCLUSTER_KEEP")
         os.environ["REALCLUSTER_KEEP"] = "1"   # its folder stays until the logs are copied
         try:
+            for proc in reversed(self.c.procs):   # as c.stop() does, timed
+                t0 = time.monotonic()
+                proc.stop()
+                self.timings[f"stop {proc.name}"] = time.monotonic() - t0
             self.c.stop()  # every process it spawned (webhook, extender too), by PID
         finally:
             if before is None:
@@ -127,6 +132,9 @@ class Cluster:
                 os.environ["REALCLUSTER_KEEP"] = before
         if keep and logs and logs.is_dir():
             shutil.copytree(logs, self.dir / "logs", dirs_exist_ok=True)
+        slow = {k: round(v, 1) for k, v in self.timings.items() if k.startswith("stop") and v > 1}
+        if slow:
+            self.log(f"e2e: slow to stop (s): {slow}")
         if keep:
             self.log(f"e2e: kept {self.dir} (logs/: every process's log)")
         else:
@@ -343,21 +351,25 @@ class Kubelet(threading.Thread):
         self.never_ready: set[str] = set()
         self.bound_at: dict[str, float] = {}
         self.errors: list[str] = []
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._done: set[tuple[str, str]] = set()    # (uid, what) already written
         self._resp = None
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._resp is not None:
+        """Ends the watch under way by shutting its socket down (closing the response from here
+        would wait for the read in progress; left open, it holds up the API server's shutdown)."""
+        self._stopping.set()
+        sock = getattr(getattr(getattr(self._resp, "fp", None), "raw", None), "_sock", None)
+        if sock is not None:
             try:
-                self._resp.close()
-            except Exception:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
                 pass
+        self.join(timeout=5)
 
     def run(self) -> None:
         rv = None
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             try:
                 if rv is None:
                     listing = self.api.get("/api/v1/pods")
@@ -366,7 +378,7 @@ class Kubelet(threading.Thread):
                     rv = listing["metadata"]["resourceVersion"]
                 rv = self._watch(rv)
             except Exception as e:   # noqa: BLE001 - a broken watch is relisted
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     return
                 self.errors.append(repr(e))
                 rv = None
@@ -379,7 +391,7 @@ class Kubelet(threading.Thread):
         with self.api.opener.open(req, timeout=300) as resp:
             self._resp = resp
             for line in resp:
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     return rv
                 ev = json.loads(line)
                 if ev["type"] == "ERROR":
