@@ -28,7 +28,7 @@ def local_queue(ns: str, name: str, cq: str) -> dict:
 
 
 def job(ns: str, name: str, gpus: int = 1, pods: int = 1, queue: str | None = None,
-        annotations: dict | None = None) -> dict:
+        annotations: dict | None = None, completions: int | None = None) -> dict:
     """A batch/v1 Job of `pods` pods of `gpus` GPUs each, labelled with `queue` if given, not
     suspended (the webhook suspends it)."""
     meta = {"namespace": ns, "name": name}
@@ -40,4 +40,4 @@ def job(ns: str, name: str, gpus: int = 1, pods: int = 1, queue: str | None = No
     if annotations:
         template["metadata"] = {"annotations": annotations}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-            "spec": {"parallelism": pods, "completions": pods, "template": template}}
+            "spec": {"parallelism": pods, "completions": completions or pods, "template": template}}
