@@ -7,8 +7,10 @@ unadmitted workload has a node:
 
 - unsuspending her own pending Job;
 - moving her admitted Job to another LocalQueue (its queue label);
-- creating a Workload of her own, and raising its count through a Job's parallelism after
-  admission (refused, or the extra pods never get a node: the quota holds over what runs);
+- creating a Workload of her own;
+- raising her admitted Job's parallelism (1.24 and 1.36 let the edit through; the controller
+  evicts the Job and requeues it with its new count, so the extra pod never gets a node and the
+  pending Job behind it may take the quota: the quota holds over what runs);
 - creating a GPU pod that names its node, one that names another scheduler, and binding a GPU pod
   herself through pods/binding."""
 
