@@ -81,6 +81,7 @@ class Cluster:
         self.kubelet: Kubelet | None = None
         self.failed = False
         self.timings: dict[str, float] = {}
+        self._deleting: list[str] = []
 
     # ---------- lifecycle ----------
     def start(self) -> "Cluster":
@@ -289,15 +290,31 @@ class Cluster:
 
     def delete_nodes(self, names) -> None:
         for n in names:
-            self.api.call("DELETE", f"/api/v1/nodes/{n}")
+            self._delete(f"/api/v1/nodes/{n}")
 
     def delete_namespaces(self, names) -> None:
         for n in names:
-            self.api.call("DELETE", f"/api/v1/namespaces/{n}")
+            self._delete(f"/api/v1/namespaces/{n}")
 
-    def delete_cluster_objects(self, plural_group: str, names) -> None:
+    def delete_cluster_objects(self, plural: str, names) -> None:
         for n in names:
-            self.api.call("DELETE", f"/apis/kueue.x-k8s.io/v1beta2/{plural_group}/{n}")
+            self._delete(f"/apis/kueue.x-k8s.io/v1beta2/{plural}/{n}")
+
+    def _delete(self, path: str) -> None:
+        self.api.call("DELETE", path)
+        self._deleting.append(path)
+
+    def forget_deletions(self) -> None:
+        self._deleting = []
+
+    def settle(self, timeout: float = 90) -> None:
+        """After a case: wait until what it deleted is gone (a namespace with its pods, whose
+        graceful deletion the kubelet completes), so the next case, or the next run of the same
+        one, starts from nothing of it."""
+        paths, self._deleting = self._deleting, []
+        for path in paths:
+            self.wait_for(f"{path} deleted", lambda path=path: self.api.call("GET", path)[0] == 404,
+                          timeout=timeout, poll=0.3)
 
     # Jobs, Workloads, pods
     def job(self, ns: str, name: str) -> dict:

@@ -92,7 +92,8 @@ def _timeline(e2e):
     e2e.kubectl("create", "-f", "-", input=yaml.safe_dump(jobset("second")))
     c = e2e.wait_for("second pending for quota", lambda: condition(e2e.workload_of(NS, "second", "JobSet"),
                      "QuotaReserved").get("message", "").startswith("couldn't assign") and condition(
-                     e2e.workload_of(NS, "second", "JobSet"), "QuotaReserved"), timeout=20)
+                     e2e.workload_of(NS, "second", "JobSet"), "QuotaReserved"), timeout=20,
+                     show=lambda: [(w["metadata"]["name"], w.get("status")) for w in e2e.workloads(NS)])
     assert c["message"] == ("couldn't assign flavors to pod set workers: insufficient unused quota for "
                             "nvidia.com/gpu in flavor e2e-jobset, 4 more needed"), c["message"]
     assert e2e.get(f"{JOBSETS}/second")["spec"]["suspend"] is True

@@ -108,6 +108,8 @@ def test_the_together_walkthrough_with_kubectl(e2e):
     finally:
         _sh("kubectl delete job gpu-job-a gpu-job-b --ignore-not-found", env)
         _sh("kubectl delete -f manifests/examples/together/kueue-quota.yaml --ignore-not-found", env)
+        e2e.wait_for("the Jobs' pods gone", lambda: not e2e.pods("default", "job-name in (gpu-job-a,gpu-job-b)"),
+                     timeout=60)
         e2e.delete_nodes(["e2e-together-n1"])
 
 
