@@ -68,8 +68,10 @@ class E2EFailure(AssertionError):
 class Cluster:
     """The session's control plane and gpuqueue; see the module's docstring."""
 
-    def __init__(self, log=print) -> None:
+    def __init__(self, log=print, **control_plane) -> None:
+        """`control_plane`: more RealCluster arguments (e.g. scheduler_client, controller_manager_args)."""
         self.rc = load_realcluster()
+        self.control_plane = control_plane
         self.k8s_bin = os.environ["GPUQUEUE_E2E_K8S_BIN"]
         self.kubectl_bin = os.environ["GPUQUEUE_E2E_KUBECTL"]
         self.log = log
@@ -92,7 +94,7 @@ class Cluster:
          self.webhook_health_port) = self.rc.free_ports(4)
         extender = self.rc.extender_from_cert_dir(f"https://127.0.0.1:{self.ext_port}", str(self.certs))
         self.c = self.rc.RealCluster(k8s_bin=self.k8s_bin, etcd=os.environ["GPUQUEUE_E2E_ETCD"],
-                                     extender=extender, log=self.log)
+                                     extender=extender, log=self.log, **self.control_plane)
         self.c.start(scheduler=False)
         self.api = self.c.api
         self.version = self.c.k8s_version()
@@ -366,6 +368,7 @@ class Kubelet(threading.Thread):
         super().__init__(name="e2e-kubelet", daemon=True)
         self.cluster, self.api = cluster, cluster.api
         self.never_ready: set[str] = set()
+        self.passive = False  # only note bindings and finish deletions (a benchmark's timing)
         self.bound_at: dict[str, float] = {}
         self.errors: list[str] = []
         self._stopping = threading.Event()
@@ -425,6 +428,8 @@ class Kubelet(threading.Thread):
         if not spec.get("nodeName"):
             return
         self.bound_at.setdefault(uid, time.monotonic())
+        if self.passive and not meta.get("deletionTimestamp"):
+            return
         if meta.get("deletionTimestamp"):
             if (uid, "deleted") not in self._done:
                 self._done.add((uid, "deleted"))

@@ -1,0 +1,136 @@
+"""Benchmark: how many pods a real kube-scheduler binds per second with gpuqueue's extender in its
+configuration and without it (issue 37), on a real control plane.
+
+The end-to-end suite's control plane (tests/e2e/harness.py: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, `gpuqueue webhook` and `gpuqueue extender`, named by the
+GPUQUEUE_E2E_* variables of tests/e2e/env.py), with kube-scheduler's client QPS raised to 1000 and
+kube-controller-manager's to 500, so client throttling is not what is measured. NODES fake Nodes of
+8 GPUs (GH200), one ClusterQueue covering them all. Each phase runs one Job of PODS pods of 1 GPU:
+
+- "with": kube-scheduler has the extender in its configuration; the Job names a LocalQueue, so
+  gpuqueue queues it, admits it as one Workload and unsuspends it; kube-scheduler calls /filter
+  for every pod;
+- "without": kube-scheduler restarted without the extender; the same Job in a namespace with no
+  LocalQueue and no queue label, which gpuqueue leaves alone.
+
+The webhooks serve every pod and binding in both. "backlog": kube-scheduler is stopped, the Job's
+pods are all created, then it is started and drains them. "live": kube-scheduler runs while the
+Job controller creates the pods. The figure: pods bound per second over the middle 80% of the
+bindings (the time the passive fake kubelet's pod watch saw each binding). Phases alternate with
+and without, the order flipping each run; the result is the median of the runs and its ratio to the
+median without, per mode, with the spread.
+
+    GPUQUEUE_E2E_K8S_BIN=... GPUQUEUE_E2E_ETCD=... GPUQUEUE_E2E_KUBECTL=... \\
+        python bench/scheduler_throughput.py [--nodes 500] [--pods 1000] [--runs 3] [--modes backlog,live]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import bench_env  # noqa: F401  (the repository on sys.path, or one line saying why not)
+
+from tests.e2e import cases as C  # noqa: E402
+from tests.e2e.env import missing  # noqa: E402
+from tests.e2e.harness import GH200, Cluster, is_true  # noqa: E402
+
+GPUS_PER_NODE = 8
+QUEUE = "tput"
+
+
+def setup(e2e: Cluster, nodes: int) -> None:
+    t0 = time.monotonic()
+    for i in range(nodes):
+        e2e.node(f"tput-{i:04d}", GPUS_PER_NODE, GH200)
+    e2e.apply([C.flavor(QUEUE, GH200), C.cluster_queue(QUEUE, QUEUE, nodes * GPUS_PER_NODE)], server_side=True)
+    print(f"{nodes} nodes and the ClusterQueue in {time.monotonic() - t0:.1f} s", flush=True)
+
+
+def rate(times: list[float]) -> float:
+    """Bindings per second over the middle 80%."""
+    times = sorted(times)
+    lo, hi = int(len(times) * 0.1), int(len(times) * 0.9) - 1
+    return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else float("inf")
+
+
+def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> float:
+    """One Job's pods bound; the rate (see the module's docstring)."""
+    c = e2e.c
+    e2e.namespace(name)
+    if extender:
+        e2e.apply(C.local_queue(name, QUEUE, QUEUE))
+    if mode == "backlog":
+        c.stop_scheduler()
+    else:
+        c.stop_scheduler()
+        c.start_scheduler(extender=c.extender if extender else None)
+    e2e.apply(C.job(name, "tput", gpus=1, pods=pods, queue=QUEUE if extender else None))
+    if extender:
+        e2e.wait_for("the Job admitted", lambda: is_true(e2e.workload_of(name, "tput"), "Admitted"), timeout=120)
+    if mode == "backlog":
+        e2e.wait_for(f"{pods} pods created", lambda: len(e2e.job_pods(name, "tput")) >= pods, timeout=300, poll=1.0)
+        c.start_scheduler(extender=c.extender if extender else None)
+    uids: list[str] = []
+
+    def all_bound() -> bool:
+        nonlocal uids
+        if len(uids) < pods:
+            uids = [p["metadata"]["uid"] for p in e2e.job_pods(name, "tput")]
+        return len(uids) >= pods and all(u in e2e.kubelet.bound_at for u in uids)
+
+    e2e.wait_for(f"{pods} pods bound", all_bound, timeout=600, poll=1.0)
+    return rate([e2e.kubelet.bound_at[u] for u in uids])
+
+
+def clean(e2e: Cluster, name: str) -> None:
+    e2e.delete_namespaces([name])
+    e2e.wait_for(f"namespace {name} gone", lambda: not [n for n in e2e.items("/api/v1/namespaces")
+                                                         if n["metadata"]["name"] == name], timeout=600, poll=1.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--modes", default="backlog,live")
+    args = ap.parse_args()
+    why = missing()
+    if why:
+        sys.exit(f"scheduler_throughput.py: {why}")
+    modes = args.modes.split(",")
+    e2e = Cluster(log=lambda msg: print(msg, flush=True), scheduler_client={"qps": 1000, "burst": 1000},
+                  controller_manager_args=["--kube-api-qps=500", "--kube-api-burst=500"])
+    results: dict[tuple[str, bool], list[float]] = {}
+    try:
+        e2e.start()
+        e2e.kubelet.passive = True
+        setup(e2e, args.nodes)
+        print(f"Kubernetes v{'.'.join(map(str, e2e.version))}; {args.nodes} nodes x {GPUS_PER_NODE} GPUs, "
+              f"a Job of {args.pods} pods x 1 GPU per phase", flush=True)
+        for run in range(args.runs):
+            for mode in modes:
+                order = (True, False) if run % 2 == 0 else (False, True)
+                for extender in order:
+                    name = f"tput-{mode}-{'with' if extender else 'without'}-{run}"
+                    got = phase(e2e, name, extender, mode, args.pods)
+                    results.setdefault((mode, extender), []).append(got)
+                    print(f"run {run + 1} {mode:7} {'with' if extender else 'without':7} {got:7.1f} pods/s", flush=True)
+                    clean(e2e, name)
+    finally:
+        e2e.stop()
+    print(f"\nKubernetes v{'.'.join(map(str, e2e.version))}, {args.nodes} nodes, {args.pods} pods, "
+          f"median of {args.runs} alternating runs (real control plane):")
+    for mode in modes:
+        w, wo = results.get((mode, True), []), results.get((mode, False), [])
+        if w and wo:
+            print(f"  {mode:7} with {statistics.median(w):6.1f} pods/s ({min(w):.1f}-{max(w):.1f}), without "
+                  f"{statistics.median(wo):6.1f} ({min(wo):.1f}-{max(wo):.1f}): "
+                  f"ratio {statistics.median(w) / statistics.median(wo):.2f}")
+
+
+if __name__ == "__main__":
+    main()
