@@ -192,18 +192,27 @@ def test_an_apiservice_per_version_as_kueue_ships_them():
         assert spec["service"] == {"name": "gpuqueue-visibility", "namespace": "gpuqueue-system", "port": 443}
 
 
+async def one_gpu_taken(h: Harness):
+    """The aggregator on, a cluster of one GPU, and a Job in namespace ml running on it: what comes
+    after it waits. (The aggregator, the controller.)"""
+    from tests.test_controller_behaviour import gpu_job, two_pool_objects
+
+    aggregator = h.api.enable_aggregation()
+    for obj in two_pool_objects(f2_quota=0):  # one GPU
+        await h.apply(obj)
+    ctl = await h.controller()
+    await h.submit(gpu_job("ml", "running"))
+    await eventually(lambda: h.running("ml", "running"), what="the GPU taken")
+    return aggregator, ctl
+
+
 async def test_v1beta2_answers_as_v1beta1_does_in_its_own_api_version(tmp_path):
     """Kueue v0.18 serves the group at v1beta2 (what its documentation and kueuectl ask) and still at
     v1beta1: the same answers, each in the apiVersion asked, with discovery and OpenAPI per version."""
-    from tests.test_controller_behaviour import gpu_job, two_pool_objects
+    from tests.test_controller_behaviour import gpu_job
 
     async with Harness() as h:
-        aggregator = h.api.enable_aggregation()
-        for obj in two_pool_objects(f2_quota=0):  # one GPU
-            await h.apply(obj)
-        ctl = await h.controller()
-        await h.submit(gpu_job("ml", "running"))
-        await eventually(lambda: h.running("ml", "running"), what="the GPU taken")
+        aggregator, ctl = await one_gpu_taken(h)
         for name in ("waits-1", "waits-2"):
             await h.submit(gpu_job("ml", name))
         await eventually(lambda: all(h.workload_of("ml", n) for n in ("waits-1", "waits-2")), what="both queued")
@@ -252,15 +261,10 @@ async def test_list_workloads_takes_the_positions_from_the_visibility_api(tmp_pa
     asks the visibility API): two Jobs of one priority created within the same second are in the
     order they came, which the Workloads alone (creation to the second, then name) cannot tell."""
     from gpuqueue.cli import main
-    from tests.test_controller_behaviour import gpu_job, two_pool_objects
+    from tests.test_controller_behaviour import gpu_job
 
     async with Harness() as h:
-        aggregator = h.api.enable_aggregation()
-        for obj in two_pool_objects(f2_quota=0):  # one GPU
-            await h.apply(obj)
-        ctl = await h.controller()
-        await h.submit(gpu_job("ml", "running"))
-        await eventually(lambda: h.running("ml", "running"), what="the GPU taken")
+        aggregator, ctl = await one_gpu_taken(h)
         for attempt in range(5):  # created within one second (the Workloads' timestamps say no more)
             for name in ("zz-second", "aa-third"):
                 await h.submit(gpu_job("ml", name))
