@@ -142,7 +142,8 @@ class Cluster:
             self.log(f"e2e: kept {self.dir} (logs/: every process's log)")
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
-        shutil.rmtree(self.c.dir, ignore_errors=True)
+        if self.c.dir:
+            shutil.rmtree(self.c.dir, ignore_errors=True)
 
     # ---------- installation ----------
     def _install(self) -> None:

@@ -109,7 +109,8 @@ def _timeline(e2e):
     e2e.kubectl("create", "-f", "-", input=yaml.safe_dump(gang("rack-wait", 2, RACK)))
     c = e2e.wait_for("rack-wait pending with TopologyPlacementFailed", lambda: condition(
         e2e.workload_of(NS, "rack-wait"), "QuotaReserved").get("reason") == "TopologyPlacementFailed"
-        and condition(e2e.workload_of(NS, "rack-wait"), "QuotaReserved"), timeout=20)
+        and condition(e2e.workload_of(NS, "rack-wait"), "QuotaReserved"), timeout=20,
+        show=lambda: [(w["metadata"]["name"], w.get("status")) for w in e2e.workloads(NS)])
     assert c["message"].startswith('couldn\'t assign flavors to pod set main: topology "e2e-tas" allows to fit only '
                                    '1 out of 2 pod(s)'), c["message"]
     assert e2e.job(NS, "rack-wait")["spec"]["suspend"] is True
