@@ -84,3 +84,21 @@ async def test_no_pending_message_is_written_while_other_writes_wait_for_a_conne
         gate.set()
         await eventually(lambda: seen, timeout=5, what="b's message once the creations went")
         assert h.workload_of("default", "gpu-job-c") is not None and h.workload_of("default", "gpu-job-d") is not None
+
+
+async def test_a_job_made_again_under_a_deleted_ones_name_is_told_why_it_waits():
+    """b deleted while its pending message waits for its delay, and a new b (another uid, the same
+    name) submitted at once: the new Workload is told why it waits. (A namespace deleted and made
+    again with the same Jobs did this on a real 1.36: the new Workload had no status at all.)"""
+    async with Harness() as h:
+        seen = await _b_waits_behind_a(h, 1.0)
+        first = h.job("default", "gpu-job-b")
+        h.api.cluster.delete(R.JOBS, "default", "gpu-job-b", grace_period=0)
+        await eventually(lambda: h.workload_of("default", "gpu-job-b") is None, what="b's Workload gone")
+        _, _, later = scenario("together-quota.yaml")
+        await h.submit(later[0])
+        await eventually(lambda: (h.job("default", "gpu-job-b") or {}).get("metadata", {}).get("uid")
+                         not in (None, first["metadata"]["uid"]), what="the new b")
+        await eventually(lambda: W.condition(h.workload_of("default", "gpu-job-b") or {}, "QuotaReserved"),
+                         timeout=6, what="the new b's pending message")
+        assert seen[-1].startswith("couldn't assign flavors to pod set main: insufficient unused quota")

@@ -136,9 +136,11 @@ class WorkloadWrites(WorkloadRecordKeeping):
         competed with creations and admissions for the API server while Jobs arrived (issue 16). Kueue
         writes it at the first evaluation; docs/controller.md says why gpuqueue does not."""
         waiting = self._pending_latest.get(st.key)
-        if waiting is not None:
+        if waiting is not None and waiting.st is st:
             waiting.message, waiting.reason = message, reason  # the write, when it comes, says the latest
             return
+        # (an entry of an earlier Job of this name, forgotten before its turn, is replaced: left,
+        # its turn would find that Job gone and drop it, and this Workload would never be told)
         loop = asyncio.get_running_loop()
         waiting = self._pending_latest[st.key] = _PendingMessage(st, message, reason,
                                                                  loop.time() + self.writes.options.pending_message_delay)
