@@ -15,8 +15,8 @@ the node that changed (a node event, a pod bound, reserved, released or expired)
   each with its score from the ScoreProfile of that need, and the reason for each other node.
 
 A request then filters and scores its candidates with set and dict operations that run in C,
-and a /prioritize that follows its /filter reuses the scores the filter read, re-reading only
-the nodes the cache's journal says changed since. Profiles are registered on first use, at the
+and /filter's choice of one node reuses the score codes its fit check read, re-reading only the
+nodes the cache's journal says changed since. Profiles are registered on first use, at the
 cost of one pass over the nodes, and bounded in number.
 """
 

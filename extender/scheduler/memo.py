@@ -5,9 +5,9 @@ attempt (shared/fixtures/k8s-1.24/extender: same uid, resourceVersion and everyt
 and /prioritize's NodeNames are exactly the names /filter answered. So /prioritize finds the
 pod already decoded and, most of the time, its candidate list already built from the cache's
 own name objects. An entry is reached only through identical pod bytes, so it can never
-stand for another pod or a changed one; it holds nothing about the cluster that is used unchecked: verdicts are read fresh on every
-call, and the scores /filter read are used only for the nodes the cache's journal says did
-not change since.
+stand for another pod or a changed one; it holds nothing about the cluster: verdicts and scores
+are read fresh on every call. (An admitted pod's /filter passes one node, so kube-scheduler calls
+/prioritize only for pods the extender does not judge, which are scored neutral.)
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ class DecodedPod:
     # the resources the body's spec asks for, or the error message it gives; None until asked
     # (only for a pod the view's cache does not know: a known pod is judged as the cache has it)
     requested: frozenset[str] | str | None = None
-    # the NodeNames /filter last answered for this pod: JSON bytes and the list itself, and the
-    # score codes the filter read for them with the cache's epoch (FilterResult.codes, .epoch)
+    # the NodeNames /filter last answered for this pod: JSON bytes and the list itself
     answered: bytes | None = None
     answered_names: list[str] | None = None
-    answered_codes: tuple[list, int] | None = None
 
 
 class PodMemo:

@@ -165,7 +165,7 @@ def _hold_to_assignment(verdict: Admitted, result: FilterResult, view: ClusterVi
     if outside:
         result.passed = [n for n in result.passed if n not in outside]
         result.unresolvable.update(outside)
-        result.codes = None  # /prioritize reads the scores again
+        result.codes = None  # the choice of one node reads the scores again
 
 
 def _judge_filter(req: _Request, view: ClusterView) -> _Judged:
@@ -243,7 +243,6 @@ def _filter_answer(req: _Request, view: ClusterView, judged: _Judged) -> dict | 
         pod = req.pod
         answered = orjson.dumps(passed)
         pod.answered, pod.answered_names = answered, passed
-        pod.answered_codes = (result.codes, result.epoch) if result is not None and result.codes is not None else None
         return encode_filter_result(answered, failed, unresolvable)
     return filter_result(node_names=passed, failed=failed, unresolvable=unresolvable)
 
@@ -261,7 +260,7 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
         # decode, which is what we want, and the body still says why.
         log.warning("prioritize: %s", str(exc))
         return {"Error": str(exc)}
-    scores = extender_scores(req, names, view.nodes, pod.answered_codes if answered else None)
+    scores = extender_scores(req, names, view.nodes)
     if verdict.topology is not None:  # the assigned nodes only; kube-scheduler's own scores decide among them
         outside = outside_assignment(verdict.topology, names, view.nodes, verdict.job_key, verdict.pod.uid,
                                      verdict.where)
@@ -269,7 +268,7 @@ def prioritize_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None)
     # orjson escapes with a backslash whatever JSON needs escaped: none in /filter's answer, none here
     answer = encode_host_priorities(names, scores, plain=answered and pod.answered.isascii() and b"\\" not in pod.answered)
     if answered:  # one /prioritize per /filter: let the names go now, while their memory is warm
-        pod.answered = pod.answered_names = pod.answered_codes = None
+        pod.answered = pod.answered_names = None
     return answer
 
 
