@@ -62,10 +62,8 @@ def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> floa
     e2e.namespace(name)
     if extender:
         e2e.apply(C.local_queue(name, QUEUE, QUEUE))
-    if mode == "backlog":
-        c.stop_scheduler()
-    else:
-        c.stop_scheduler()
+    c.stop_scheduler()
+    if mode == "live":
         c.start_scheduler(extender=c.extender if extender else None)
     e2e.apply(C.job(name, "tput", gpus=1, pods=pods, queue=QUEUE if extender else None))
     if extender:
