@@ -18,7 +18,7 @@ import yaml
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
-CRD_DIR = Path(__file__).resolve().parent.parent / "crds"
+CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "gpuqueue" / "files" / "crds"
 
 # resource.Quantity as Kubernetes publishes it: an int or a string in quantity syntax.
 QUANTITY_PATTERN = (

@@ -65,7 +65,7 @@ def _builtin(group: str, version: str, plural: str, kind: str, namespaced: bool,
     return ResourceType(group, version, plural, kind, namespaced, **kw)
 
 
-_KUEUE_CRDS = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+_KUEUE_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpuqueue" / "files" / "crds"
 
 
 def _kueue_schema(plural: str) -> dict | None:
