@@ -1,6 +1,6 @@
 """kube-apiserver's side of admission, for tests: AdmissionReviews shaped as a 1.24 API server sends
 them (shared/fixtures/k8s-1.24/admission/ shows the envelope), and ``AdmissionChain``, which routes
-a write through the webhooks of manifests/webhook/webhookconfigurations.yaml as the API server does
+a write through the webhooks of the webhook configurations manifests/install.yaml ships, as the API server does
 - rules, namespaceSelector and objectSelector decide which webhooks are called; the mutating ones
 run first and their JSONPatches are applied, then the validating ones see the result; the first
 denial refuses the write - against a running webhook over TLS."""
@@ -17,10 +17,15 @@ from typing import Any
 
 import yaml
 
+from manifests.tools import render
+
 from gpuqueue.api.labelselector import selector_matches
 from tests.webhook_support import Webhook, apply_json_patch, decode_patch
 
-CONFIGURATIONS = Path(__file__).resolve().parents[1] / "manifests" / "webhook" / "webhookconfigurations.yaml"
+# The shipped webhook configurations (the chart's rendering). Their matchConditions (1.28+) are not
+# evaluated here: a hook is called whenever its rules and selectors match, a superset of what
+# kube-apiserver sends; tests/e2e/test_outage.py checks the conditions on a real server.
+CONFIGURATIONS = [o for o in render.build() if o["kind"].endswith("WebhookConfiguration")]
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
 GPU = "nvidia.com/gpu"
 _names = itertools.count()
@@ -148,7 +153,7 @@ def matching_hooks(configuration_kind: str, operation: str, group: str, version:
     """The webhooks of ``configuration_kind`` kube-apiserver calls for such a request, in order.
     ``namespace_labels`` None: a cluster-scoped object (the namespaceSelector does not apply)."""
     hits = []
-    for doc in yaml.safe_load_all(CONFIGURATIONS.read_text()):
+    for doc in CONFIGURATIONS:
         if doc["kind"] != configuration_kind:
             continue
         for hook in doc["webhooks"]:
@@ -163,7 +168,7 @@ def matching_hooks(configuration_kind: str, operation: str, group: str, version:
 
 def _order(configuration_kind: str):
     """Webhooks are called in the order of their configuration."""
-    names = [h["name"] for doc in yaml.safe_load_all(CONFIGURATIONS.read_text()) if doc["kind"] == configuration_kind
+    names = [h["name"] for doc in CONFIGURATIONS if doc["kind"] == configuration_kind
              for h in doc["webhooks"]]
     return lambda hook: names.index(hook["name"])
 

@@ -1,10 +1,11 @@
 """`certs ensure` against the API server stand-in, with the real kubernetes_asyncio client: the
 Secret is created, left alone, renewed at two thirds of its life; caBundle lands in both webhook
-configurations of manifests/webhook/; and the calls made are exactly those gpuqueue/access.py declares."""
+configurations of manifests/install.yaml; and the calls made are exactly those gpuqueue/access.py declares."""
 
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 from pathlib import Path
 
@@ -15,13 +16,14 @@ from cryptography import x509
 from gpuqueue.certs.ensure import ensure
 from gpuqueue.certs.generate import ServingIdentity, validity_window
 from gpuqueue import access
+from manifests.tools import render
 from tests.standin import ApiServer
 from tests.standin import resources as R
 from tests.webhook_support import api_calls, assert_calls_match_access_table
 
-MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "webhook" / "webhookconfigurations.yaml"
+CONFIGURATIONS = [o for o in render.build() if o["kind"].endswith("WebhookConfiguration")]  # as shipped
 NS, SECRET, CONFIG = access.INSTALL_NAMESPACE, access.CERTS_SECRET, access.WEBHOOK_CONFIGURATION
-HOOKS = {doc["kind"]: len(doc["webhooks"]) for doc in yaml.safe_load_all(MANIFEST.read_text())}
+HOOKS = {doc["kind"]: len(doc["webhooks"]) for doc in copy.deepcopy(CONFIGURATIONS)}
 IDENT = ServingIdentity("gpuqueue-webhook", NS, dns=("gpuqueue-extender",))
 CONFIG_KINDS = {"MutatingWebhookConfiguration": R.MUTATING_WEBHOOK_CONFIGURATIONS,
                 "ValidatingWebhookConfiguration": R.VALIDATING_WEBHOOK_CONFIGURATIONS}
@@ -30,7 +32,7 @@ CONFIG_KINDS = {"MutatingWebhookConfiguration": R.MUTATING_WEBHOOK_CONFIGURATION
 @pytest.fixture
 async def api():
     async with ApiServer(namespaces=("default", "kube-system", NS)) as server:
-        for doc in yaml.safe_load_all(MANIFEST.read_text()):
+        for doc in copy.deepcopy(CONFIGURATIONS):
             server.cluster.create(CONFIG_KINDS[doc["kind"]], None, doc)
         server.writes = []
         server.observe(server.writes.append)
@@ -121,7 +123,7 @@ async def test_a_new_ca_is_injected_again_and_a_wiped_bundle_restored(api):
     new_bundle = base64.b64encode(secret_data(api)["ca.crt"]).decode()
     assert ca_bundles(api) == [new_bundle] * sum(HOOKS.values())
     # someone re-applies the manifest without caBundle (kubectl apply): the next pass puts it back
-    doc = next(yaml.safe_load_all(MANIFEST.read_text()))
+    doc = copy.deepcopy(next(c for c in CONFIGURATIONS if c["kind"] == "MutatingWebhookConfiguration"))
     current = api.cluster.get(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG)
     api.cluster.update(R.MUTATING_WEBHOOK_CONFIGURATIONS, None, CONFIG, {**doc, "metadata": current["metadata"]})
     assert ca_bundles(api)[:HOOKS['MutatingWebhookConfiguration']] == [None] * HOOKS['MutatingWebhookConfiguration']

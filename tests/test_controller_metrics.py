@@ -203,7 +203,7 @@ def _dashboard_queries() -> list[str]:
     import json
     from pathlib import Path
 
-    dash = json.loads((Path(__file__).resolve().parents[1] / "manifests" / "grafana" / "gpuqueue-dashboard.json").read_text())
+    dash = json.loads((Path(__file__).resolve().parents[1] / "charts" / "gpuqueue" / "files" / "gpuqueue-dashboard.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     exprs += [v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
     return exprs

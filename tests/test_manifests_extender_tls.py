@@ -16,14 +16,14 @@ from gpuqueue.certs.ensure import plan_secret
 from gpuqueue.certs.generate import ServingIdentity
 from gpuqueue.extender.command import add_parser
 from gpuqueue.extender.scheduler.app import client_ca_file
-from tests.test_manifests_install import MANIFESTS, TLS_FIELDS, find
+from tests.test_manifests_install import CHART, TLS_FIELDS, find
 
 SECRET_KEYS = set(plan_secret(None, ServingIdentity()).data)  # what `certs ensure` writes into the Secret
 
 
 def _scheduler_mount() -> dict:
     """The Secret volume the scheduler configuration's comment tells operators to mount."""
-    text = (MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text()
+    text = (CHART / "templates" / "scheduler-config.yaml").read_text()
     block = re.search(r"^#   volumes:\n((?:#  .*\n)+)", text, re.M).group(1)
     (volume,) = yaml.safe_load("\n".join(line[2:] for line in block.splitlines()))
     return volume

@@ -1,12 +1,10 @@
-"""manifests/: the kustomize build renders, every object is valid Kubernetes, pods are locked down,
+"""manifests/install.yaml (the chart's rendering, tests/test_chart.py): every object is valid Kubernetes, pods are locked down,
 the webhook configurations cannot block Jobs gpuqueue does not manage, and the scheduler
 configuration points at the extender the way a real kube-scheduler accepted."""
 
 from __future__ import annotations
 
 import copy
-import shutil
-import subprocess
 from pathlib import Path
 
 import kubernetes_validate
@@ -19,6 +17,7 @@ from tests.admission_support import matching_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
+CHART = ROOT / "charts" / "gpuqueue"
 NS = "gpuqueue-system"
 # kubernetes-validate ships schemas for 1.25 onwards; 1.24 (the fixtures' version) is not
 # available offline, so check the oldest and newest it has.
@@ -51,10 +50,6 @@ def flag(container: dict, name: str) -> str | None:
 # --- the build ------------------------------------------------------------------------------
 
 
-def test_install_yaml_is_the_current_rendering():
-    assert (MANIFESTS / "install.yaml").read_text() == render.render(OBJECTS), "run: python manifests/tools/render.py"
-
-
 def test_everything_lands_in_gpuqueue_system():
     for obj in OBJECTS:
         if obj["kind"] not in render.CLUSTER_SCOPED:
@@ -62,24 +57,8 @@ def test_everything_lands_in_gpuqueue_system():
     assert find("Namespace", NS)["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_renderer_refuses_what_it_cannot_render(tmp_path):
-    (tmp_path / "kustomization.yaml").write_text("resources: [a.yaml]\npatches: []\n")
-    with pytest.raises(render.KustomizationError, match="patches"):
-        render.build(tmp_path)
-    (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\n")
-    with pytest.raises(render.KustomizationError, match="missing.yaml"):
-        render.build(tmp_path)
-
-
 def canonical(objects):
     return sorted((yaml.safe_dump(o, sort_keys=True) for o in objects))
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: the Python rendering above is the check")
-def test_kubectl_kustomize_renders_the_same_objects():
-    out = subprocess.run(["kubectl", "kustomize", str(MANIFESTS)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert canonical(d for d in yaml.safe_load_all(out.stdout) if d) == canonical(OBJECTS)
 
 
 # --- every object is valid Kubernetes -----------------------------------------------------------
@@ -92,13 +71,19 @@ def native_example_objects():
                 yield doc
 
 
-@pytest.mark.parametrize("version", K8S_VERSIONS)
-def test_every_manifest_validates_against_the_kubernetes_openapi_schemas(version):
+# Each plain manifest against the oldest and newest schemas of the servers it is for (webhook
+# matchConditions are in the schema from 1.28).
+SCHEMAS = [(render.INSTALL_PRE_128, "1.25"), (render.INSTALL_PRE_128, "1.27"), (render.INSTALL, "1.28"),
+           (render.INSTALL, K8S_VERSIONS[-1])]
+
+
+@pytest.mark.parametrize("path,version", SCHEMAS, ids=lambda x: getattr(x, "name", x))
+def test_every_manifest_validates_against_the_kubernetes_openapi_schemas(path, version):
     checked = 0
-    for obj in list(OBJECTS) + list(native_example_objects()):
+    for obj in render.build(path) + list(native_example_objects()):
         kubernetes_validate.validate(obj, version, strict=True)
         checked += 1
-    assert checked == len(OBJECTS) + len(list(native_example_objects()))
+    assert checked == len(render.build(path)) + len(list(native_example_objects()))
 
 
 def test_the_validation_would_catch_a_mistake():
@@ -134,16 +119,18 @@ def test_pod_security(obj):
             assert "privileged" not in sc or sc["privileged"] is False
             assert set(c["resources"]["requests"]) == {"cpu", "memory"}, c["name"]
             assert set(c["resources"]["limits"]) == {"cpu", "memory"}, c["name"]
-            assert c["image"] in kustomization_images(), c["name"]
+            assert c["image"] in chart_images(), c["name"]
             # a read-only root needs somewhere for Python's temporary files
             assert any(m["mountPath"] == "/tmp" for m in c.get("volumeMounts", []))
         for volume in pod["volumes"]:
             assert set(volume) - {"name"} <= {"secret", "configMap", "emptyDir"}, "restricted Pod Security volume types only"
 
 
-def kustomization_images() -> set[str]:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    return {f"{i['name']}:{i['newTag']}" for i in kustomization["images"]}
+def chart_images() -> set[str]:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    return {f"{values['image']['repository']}:{values['image']['tag'] or app}",
+            f"{values['scheduler']['image']['repository']}:{values['scheduler']['image']['tag']}"}
 
 
 def is_gpuqueue(container: dict) -> bool:
@@ -155,8 +142,10 @@ def test_image_tag_is_the_package_version():
     import tomllib
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    assert kustomization["images"][0] == {"name": "gpuqueue", "newTag": version}
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (version, version)
+    assert {c["image"] for o in workloads() for p in render.pod_specs(o) for c in containers(p) if is_gpuqueue(c)} \
+        == {f"gpuqueue:{version}"}
 
 
 @pytest.mark.parametrize("name", ["gpuqueue-webhook", "gpuqueue-extender"])

@@ -1,4 +1,4 @@
-"""The scheduler modes of manifests/: one `modes/` entry of the kustomization chooses between
+"""The scheduler modes of the chart: the value `schedulerMode` chooses between
 gpuqueue-scheduler (a second kube-scheduler with the extender) and the extender added to the
 cluster's scheduler. In each mode the install is valid Kubernetes, the Configuration's
 enforcement.schedulerNames sends GPU pods to a scheduler that calls the extender, and
@@ -8,7 +8,6 @@ real kube-scheduler accepted (shared/fixtures/k8s-1.24/extender/)."""
 from __future__ import annotations
 
 import posixpath
-import shutil
 from pathlib import Path
 
 import kubernetes_validate
@@ -17,11 +16,11 @@ import yaml
 
 from gpuqueue import access
 from manifests.tools import render
+from tests import chart_support
 from tests.shared_fixtures import k8s_recording
 from tests.test_manifests_install import K8S_VERSIONS, canonical
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = ROOT / "manifests"
 NS = "gpuqueue-system"
 MODES = ["own-scheduler", "cluster-scheduler"]
 SCHEDULER = "gpuqueue-scheduler"
@@ -29,28 +28,10 @@ CONFIG_KEYS = {"config.yaml": "kubescheduler.config.k8s.io/v1", "config-v1beta3.
 SCHEDULER_CERTS = {"ca.crt", "scheduler-client.crt", "scheduler-client.key"}
 
 
-def mode_entries(kustomization: dict) -> list[str]:
-    return [r for r in kustomization["resources"] if r.startswith("modes/")]
-
-
-def kustomization() -> dict:
-    return yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-
-
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> dict[str, list[dict]]:
-    """The install in each mode, rendered from a copy of manifests/ whose one mode entry is switched
-    (what an operator edits)."""
-    out = {}
-    for mode in MODES:
-        copy = tmp_path_factory.mktemp(mode) / "manifests"
-        shutil.copytree(MANIFESTS, copy, ignore=shutil.ignore_patterns("install.yaml", "examples", "tools"))
-        k = kustomization()
-        (entry,) = mode_entries(k)
-        k["resources"][k["resources"].index(entry)] = f"modes/{mode}"
-        (copy / "kustomization.yaml").write_text(yaml.safe_dump(k, sort_keys=False))
-        out[mode] = render.build(copy)
-    return out
+def rendered() -> dict[str, list[dict]]:
+    """The install in each mode (`--set schedulerMode=...`, what an operator sets)."""
+    return {mode: chart_support.rendered(values={"schedulerMode": mode}) for mode in MODES}
 
 
 def find(objects: list[dict], kind: str, name: str) -> dict | None:
@@ -69,15 +50,20 @@ def scheduler_configs(objects: list[dict]) -> dict[str, dict]:
 # --- one setting -------------------------------------------------------------------------------
 
 
-def test_the_mode_is_one_entry_of_the_kustomization_and_own_scheduler_is_the_default():
-    assert mode_entries(kustomization()) == ["modes/own-scheduler"]
-    assert sorted(p.name for p in (MANIFESTS / "modes").iterdir()) == sorted(MODES)
+def test_own_scheduler_is_the_default_and_another_mode_is_refused_in_one_line():
+    assert yaml.safe_load((ROOT / "charts" / "gpuqueue" / "values.yaml").read_text())["schedulerMode"] == "own-scheduler"
+    assert find(render.build(), "Deployment", SCHEDULER)
+    chart_support.require_helm()
+    with pytest.raises(render.HelmError, match='schedulerMode: "own" is neither own-scheduler nor cluster-scheduler'):
+        render.template(values={"schedulerMode": "own"})
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_validates_against_the_kubernetes_openapi_schemas(rendered, mode, version):
-    for obj in rendered[mode]:
+    objects = rendered[mode] if version >= "1.28" else \
+        chart_support.rendered("--kube-version", "1.27.0", values={"schedulerMode": mode})
+    for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
     assert find(rendered[mode], "Deployment", "gpuqueue-extender")
 
@@ -97,7 +83,7 @@ def test_the_modes_differ_only_in_the_scheduler_and_the_scheduler_names(rendered
     a, b = configuration(own), configuration(cluster)
     assert a["enforcement"].pop("schedulerNames") == [SCHEDULER]
     assert b["enforcement"].pop("schedulerNames") == ["default-scheduler"]
-    assert a == b, "manifests/modes/*/config.yaml must stay the same Configuration"
+    assert a == b, "the modes must give the same Configuration but for schedulerNames"
 
 
 def test_gpu_pods_go_to_a_scheduler_that_calls_the_extender_in_each_mode(rendered):
@@ -146,12 +132,10 @@ def own() -> list[dict]:
 
 
 def test_the_kube_scheduler_version_is_set_in_one_place():
-    (entry,) = [i for i in kustomization()["images"] if i["name"] == "registry.k8s.io/kube-scheduler"]
-    assert entry["newTag"].startswith("v1.")
-    raw = yaml.safe_load_all((MANIFESTS / "modes" / "own-scheduler" / "deployment.yaml").read_text())
-    (dep,) = [d for d in raw if d["kind"] == "Deployment"]
-    assert scheduler_container(dep)["image"] == "registry.k8s.io/kube-scheduler", "no tag here: the kustomization sets it"
-    assert scheduler_container(find(own(), "Deployment", SCHEDULER))["image"] == f"registry.k8s.io/kube-scheduler:{entry['newTag']}"
+    image = yaml.safe_load((ROOT / "charts" / "gpuqueue" / "values.yaml").read_text())["scheduler"]["image"]
+    assert image["tag"].startswith("v1.")
+    assert "kube-scheduler:" not in (ROOT / "charts" / "gpuqueue" / "templates" / "scheduler.yaml").read_text()
+    assert scheduler_container(find(own(), "Deployment", SCHEDULER))["image"] == f"{image['repository']}:{image['tag']}"
 
 
 def test_the_scheduler_runs_the_v1_config_and_elects_its_leader_in_gpuqueue_system():

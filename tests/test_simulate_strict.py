@@ -189,7 +189,7 @@ def _shape_paths(shape, prefix: str = "") -> set[str]:
 
 
 CRDS = {doc["spec"]["names"]["kind"]: doc for doc in
-        (yaml.safe_load(p.read_text()) for p in sorted((ROOT / "manifests" / "crds").glob("*.yaml")))}
+        (yaml.safe_load(p.read_text()) for p in sorted((ROOT / "charts" / "gpuqueue" / "files" / "crds").glob("*.yaml")))}
 KUEUE_KINDS = sorted(k for k, (versions, _) in KINDS.items() if versions[0].startswith("kueue.x-k8s.io/"))
 
 

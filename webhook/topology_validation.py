@@ -1,5 +1,5 @@
 """Kueue's Topology Aware Scheduling objects as the CRD gpuqueue installs checks them
-(manifests/crds/kueue.x-k8s.io_topologies.yaml, the ResourceFlavor CRD's topologyName rules), for
+(charts/gpuqueue/files/crds/kueue.x-k8s.io_topologies.yaml, the ResourceFlavor CRD's topologyName rules), for
 clusters that do not run the CRD's CEL rules (Kubernetes 1.24 ignores x-kubernetes-validations) or
 run without its schema. The words are the API server's: a schema check names the field and the
 bound, a CEL rule gives the rule's message with the value's type (``Invalid value: "array"``)."""

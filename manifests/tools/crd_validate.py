@@ -1,4 +1,4 @@
-"""Validate objects against the openAPIV3Schema of the CRDs in manifests/crds/, offline.
+"""Validate objects against the openAPIV3Schema of the CRDs in charts/gpuqueue/files/crds/, offline.
 
 What kube-apiserver does with a structural schema, as far as JSON Schema can say it: types,
 enums, patterns (the int-or-string quantity pattern included), limits, required fields, and
@@ -15,12 +15,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-CRD_DIR = Path(__file__).resolve().parent.parent / "crds"
+from manifests.tools.gen_crds import CRD_DIR
 
 
 @lru_cache(maxsize=None)
 def load_crds() -> dict[str, dict]:
-    """Kind -> CRD object, for every CRD in manifests/crds/."""
+    """Kind -> CRD object, for every CRD gen_crds.py writes."""
     crds = {}
     for path in sorted(CRD_DIR.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())

@@ -1,4 +1,4 @@
-"""Generate manifests/crds/*.yaml: the kueue.x-k8s.io/v1beta2 CRDs gpuqueue serves.
+"""Generate charts/gpuqueue/files/crds/*.yaml (the chart installs them): the kueue.x-k8s.io/v1beta2 CRDs gpuqueue serves.
 
 The schemas follow Kueue's API types (field names, enums, limits, defaults and CEL rules) for
 the fields gpuqueue reads and writes. Shared pieces (quantities, conditions, resource groups) are

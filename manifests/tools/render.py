@@ -12,6 +12,7 @@ Everything else reads the committed files (``build``), so it needs no helm.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def template(*args: str, values: dict | None = None) -> str:
     out = subprocess.run(cmd, input=yaml.safe_dump(values) if values else None, capture_output=True, text=True,
                          timeout=120)
     if out.returncode != 0:
-        raise HelmError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"helm exited {out.returncode}")
+        errors = [line.removeprefix("Error: ") for line in out.stderr.splitlines() if line.startswith("Error: ")]
+        raise HelmError(re.sub(r"^execution error at \([^)]*\): ", "", errors[0]) if errors
+                        else f"helm template exited {out.returncode}: {out.stderr.strip()}")
     return out.stdout
 
 

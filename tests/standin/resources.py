@@ -69,7 +69,7 @@ _KUEUE_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpuqueue" / "fil
 
 
 def _kueue_schema(plural: str) -> dict | None:
-    """The storage version's schema of gpuqueue's own CRD (manifests/crds), so that what the
+    """The storage version's schema of gpuqueue's own CRD (charts/gpuqueue/files/crds), so that what the
     controller writes is pruned and validated as a real API server serving that CRD would."""
     path = _KUEUE_CRDS / f"kueue.x-k8s.io_{plural}.yaml"
     if not path.exists():
