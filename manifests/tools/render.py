@@ -49,10 +49,10 @@ def helm_binary() -> str | None:
     return os.environ.get("HELM") or shutil.which("helm")
 
 
-def template(*args: str, values: dict | None = None) -> str:
+def template(*args: str, values: dict | None = None, helm: str | None = None) -> str:
     """`helm template` of the chart as release gpuqueue in gpuqueue-system, with more arguments and
-    `values` (merged over the chart's defaults)."""
-    helm = helm_binary()
+    `values` (merged over the chart's defaults), by `helm` or the one found (helm_binary)."""
+    helm = helm or helm_binary()
     if helm is None:
         raise HelmError("helm not found: put it on PATH or set HELM (e.g. .ci/install-helm.sh)")
     cmd = [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args]

@@ -4,6 +4,7 @@ skip line when something is missing.
     GPUQUEUE_E2E_K8S_BIN      folder with kube-apiserver, kube-controller-manager, kube-scheduler
     GPUQUEUE_E2E_ETCD         the etcd binary
     GPUQUEUE_E2E_KUBECTL      the kubectl binary (1.27 or later)
+    GPUQUEUE_E2E_HELM         the helm binary (3.8 or later): renders charts/gpuqueue, runs test_helm.py
     GPUQUEUE_E2E_REALCLUSTER  the control-plane launcher, realcluster.py
                               (default: ../shared/tools/k8s/realcluster.py beside the repository)
     GPUQUEUE_E2E_KEEP=1       keep the run's folder (logs, PKI, kubeconfigs) even when all passed
@@ -19,7 +20,7 @@ from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DEFAULT_REALCLUSTER = REPOSITORY.parent / "shared" / "tools" / "k8s" / "realcluster.py"
-VARIABLES = ("GPUQUEUE_E2E_K8S_BIN", "GPUQUEUE_E2E_ETCD", "GPUQUEUE_E2E_KUBECTL")
+VARIABLES = ("GPUQUEUE_E2E_K8S_BIN", "GPUQUEUE_E2E_ETCD", "GPUQUEUE_E2E_KUBECTL", "GPUQUEUE_E2E_HELM")
 
 
 def missing() -> str | None:
@@ -33,7 +34,7 @@ def missing() -> str | None:
               if not os.access(k8s_bin / n, os.X_OK)]
     if absent:
         return f"end-to-end suite: GPUQUEUE_E2E_K8S_BIN={k8s_bin} has no {', '.join(absent)}"
-    for var in ("GPUQUEUE_E2E_ETCD", "GPUQUEUE_E2E_KUBECTL"):
+    for var in ("GPUQUEUE_E2E_ETCD", "GPUQUEUE_E2E_KUBECTL", "GPUQUEUE_E2E_HELM"):
         if not os.access(os.environ[var], os.X_OK):
             return f"end-to-end suite: {var}={os.environ[var]} is not an executable"
     if not realcluster_path().is_file():

@@ -5,9 +5,11 @@ would install it, but run from this checkout:
   (GPUQUEUE_E2E_REALCLUSTER, used as a library, never copied), kube-scheduler with gpuqueue's
   extender in its KubeSchedulerConfiguration and the client certificate `gpuqueue certs generate`
   issues it;
-- the project's CRDs, RBAC and webhook configurations from manifests/ (`kubectl apply
-  --server-side`), the webhooks pointed at the local `gpuqueue webhook` by url and caBundle (there
-  is no Service);
+- the project's CRDs, RBAC and webhook configurations: the chart (charts/gpuqueue) rendered by
+  GPUQUEUE_E2E_HELM for this server's version, in scheduler mode cluster-scheduler, with the
+  webhooks pointed at the local `gpuqueue webhook` by url and caBundle (the value
+  webhook.external, "gpuqueue outside the cluster": there is no Service), applied with `kubectl
+  apply --server-side`;
 - `gpuqueue webhook` and `gpuqueue extender` as subprocesses (the venv's console script), each
   logged in as its own ServiceAccount with a token from the TokenRequest API, so the manifests'
   RBAC is what they get, and the webhook's default controller identity is the extender's;
@@ -21,7 +23,6 @@ of every process, kubeconfigs) is named in every failure message and kept when a
 from __future__ import annotations
 
 import base64
-import copy
 import importlib.util
 import json
 import os
@@ -40,13 +41,10 @@ import yaml
 
 from tests.e2e.env import REPOSITORY, realcluster_path
 
-MANIFESTS = REPOSITORY / "manifests"
 GPU = "nvidia.com/gpu"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
-# What the components are given instead of a Deployment: the cluster-scheduler mode's Configuration
-# (the cluster's own kube-scheduler calls the extender; GPU pods keep schedulerName default-scheduler).
-CONFIGURATION = MANIFESTS / "modes" / "cluster-scheduler" / "config.yaml"
-# Kinds of manifests/install.yaml that have no place without a kubelet or a Service network.
+# Kinds of the chart's rendering that have no place without a kubelet or a Service network (the
+# components are given the rendered ConfigMap's Configuration as a file instead).
 NOT_APPLIED = {"Deployment", "Service", "PodDisruptionBudget", "CronJob", "Job", "APIService", "ConfigMap"}
 
 
@@ -74,6 +72,7 @@ class Cluster:
         self.control_plane = control_plane
         self.k8s_bin = os.environ["GPUQUEUE_E2E_K8S_BIN"]
         self.kubectl_bin = os.environ["GPUQUEUE_E2E_KUBECTL"]
+        self.helm_bin = os.environ["GPUQUEUE_E2E_HELM"]
         self.log = log
         self.dir = Path(tempfile.mkdtemp(prefix="gpuqueue-e2e-"))
         self.certs = self.dir / "certs"
@@ -99,9 +98,11 @@ class Cluster:
         self.api = self.c.api
         self.version = self.c.k8s_version()
         self.timings["control plane"] = time.monotonic() - t0
+        self.objects = self.render()
         self._install()
         self.config_path = self.dir / "config.yaml"
-        self.config_path.write_text(yaml.safe_load(CONFIGURATION.read_text())["data"]["config.yaml"])
+        (config,) = [o for o in self.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpuqueue-config"]
+        self.config_path.write_text(config["data"]["config.yaml"])
         self.start_webhook()
         self.start_extender()
         self.kubectl("apply", "--server-side", "-f", str(self._webhook_configurations()))
@@ -146,12 +147,25 @@ class Cluster:
             shutil.rmtree(self.c.dir, ignore_errors=True)
 
     # ---------- installation ----------
+    def chart_values(self) -> dict:
+        """The chart's values for gpuqueue run from this checkout: the cluster's kube-scheduler calls
+        the extender (GPU pods keep default-scheduler), the webhooks call the local process."""
+        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
+        return {"schedulerMode": "cluster-scheduler",
+                "webhook": {"external": {"url": f"https://127.0.0.1:{self.webhook_port}", "caBundle": ca}}}
+
+    def render(self, values: dict | None = None) -> list[dict]:
+        """The chart rendered for this server's version with chart_values() (and `values` over them)."""
+        from manifests.tools import render
+        kube_version = f"{self.version[0]}.{self.version[1]}.0"
+        merged = {**self.chart_values(), **(values or {})}
+        return render.objects(render.template("--kube-version", kube_version, values=merged, helm=self.helm_bin))
+
     def _install(self) -> None:
         """The project's install, as far as it applies without a kubelet: namespace, CRDs, RBAC
         (and the JobSet CRD published by JobSet, read from the shared fixtures), before the
         components start, so the extender's informers see every kind."""
-        from manifests.tools import render
-        objects = [o for o in render.build() if o["kind"] not in NOT_APPLIED
+        objects = [o for o in self.objects if o["kind"] not in NOT_APPLIED
                    and not o["kind"].endswith("WebhookConfiguration")]
         path = self.dir / "install.yaml"
         path.write_text(yaml.safe_dump_all(objects))
@@ -162,19 +176,8 @@ class Cluster:
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
     def _webhook_configurations(self) -> Path:
-        from manifests.tools import render
-        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
-        out = []
-        for o in render.build():
-            if not o["kind"].endswith("WebhookConfiguration"):
-                continue
-            o = copy.deepcopy(o)
-            for w in o["webhooks"]:
-                path = w["clientConfig"]["service"].get("path", "/")
-                w["clientConfig"] = {"url": f"https://127.0.0.1:{self.webhook_port}{path}", "caBundle": ca}
-            out.append(o)
         p = self.dir / "webhookconfigurations.yaml"
-        p.write_text(yaml.safe_dump_all(out))
+        p.write_text(yaml.safe_dump_all([o for o in self.objects if o["kind"].endswith("WebhookConfiguration")]))
         return p
 
     def token_kubeconfig(self, namespace: str, sa: str, name: str | None = None) -> Path:
@@ -198,6 +201,14 @@ class Cluster:
             "--port", str(self.webhook_port), "--config", str(self.config_path)],
             env={**os.environ, "KUBECONFIG": str(kc)})
         self._wait_https(self.webhook, self.webhook_port, "/readyz")
+
+    def stop_webhook(self) -> None:
+        """Stops the webhook process (an outage of every replica); start_webhook() brings it back."""
+        p, self.webhook = self.webhook, None
+        if p is not None:
+            p.stop()
+            if p in self.c.procs:
+                self.c.procs.remove(p)
 
     def start_extender(self, config: Path | None = None) -> None:
         """`gpuqueue extender` (controller and extender verbs), with the session's Configuration
