@@ -204,11 +204,7 @@ class Cluster:
 
     def stop_webhook(self) -> None:
         """Stops the webhook process (an outage of every replica); start_webhook() brings it back."""
-        p, self.webhook = self.webhook, None
-        if p is not None:
-            p.stop()
-            if p in self.c.procs:
-                self.c.procs.remove(p)
+        self._stop_process("webhook")
 
     def start_extender(self, config: Path | None = None) -> None:
         """`gpuqueue extender` (controller and extender verbs), with the session's Configuration
@@ -221,7 +217,11 @@ class Cluster:
         self._wait_https(self.extender, self.metrics_port, "/readyz")
 
     def stop_extender(self) -> None:
-        p, self.extender = self.extender, None
+        self._stop_process("extender")
+
+    def _stop_process(self, attribute: str) -> None:
+        p = getattr(self, attribute)
+        setattr(self, attribute, None)
         if p is not None:
             p.stop()
             if p in self.c.procs:
