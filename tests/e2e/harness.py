@@ -173,7 +173,12 @@ class Cluster:
         jobset = jobset_crd()
         if jobset:
             self.kubectl("apply", "--server-side", "-f", str(jobset))
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        # polled here: `kubectl wait` gives up on a CRD created so recently that it has no
+        # status.conditions yet (seen on 1.24 with kubectl 1.35)
+        for crd in self.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions"):
+            name = crd["metadata"]["name"]
+            self.wait_for(f"CRD {name} Established", lambda name=name: is_true(
+                self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), "Established"), timeout=60)
 
     def _webhook_configurations(self) -> Path:
         p = self.dir / "webhookconfigurations.yaml"
