@@ -7,7 +7,8 @@ outage, and nothing here needs them to answer):
   the rendering for this server, with matchConditions on 1.28+ and without them before;
 - `helm upgrade` with a changed Configuration field and failurePolicy shows both in the cluster;
 - `helm uninstall` leaves no webhook configuration: a pod and a Job with a queue label can be
-  created; the CRDs, the queues and the namespace stay (helm.sh/resource-policy: keep);
+  created; the CRDs and the namespace stay (helm.sh/resource-policy: keep), and a reinstall
+  takes them over with the quota objects made on them;
 - each plain manifest this server takes passes `kubectl apply --server-side`, and
   `kubectl delete -f` of it leaves nothing that blocks a pod or a Job either."""
 
@@ -130,11 +131,6 @@ def test_helm_install_upgrade_uninstall(plane):
     s, body = plane.create(f"/api/v1/namespaces/{TENANT}/pods", pod("gpu", gpu=True))
     assert s >= 500 and 'failed calling webhook "pod.gpuqueue.io"' in str(body), (s, body)
 
-    # a queue made while installed, to see what uninstall leaves
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "rf"}},
-    ]), check=False)   # refused while the webhook is down (kueue.gpuqueue.io fails closed): fine either way
-
     t0 = time.monotonic()
     plane.helm("upgrade", "gpuqueue", chart, "--namespace", NS, "--reuse-values",
                "--set", "configuration.waitForPodsReady.enable=true",
@@ -160,6 +156,15 @@ def test_helm_install_upgrade_uninstall(plane):
     assert plane.exists("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io"), "kept"
     assert plane.exists(f"/api/v1/namespaces/{NS}"), "kept"
     assert plane.helm("status", "gpuqueue", "--namespace", NS, check=False).returncode != 0
+
+    # quota objects made on the kept CRDs outlive a reinstall (docs/install.md, "Uninstall")
+    rf = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "kept"}}
+    s, body = plane.create("/apis/kueue.x-k8s.io/v1beta2/resourceflavors", rf)
+    assert s == 201, body
+    plane.helm("install", "gpuqueue", chart, "--namespace", NS, "--create-namespace", "--take-ownership")
+    assert plane.exists("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/kept")
+    plane.helm("uninstall", "gpuqueue", "--namespace", NS, "--wait")
+    assert plane.exists("/apis/kueue.x-k8s.io/v1beta2/resourceflavors/kept")
 
 
 def test_the_plain_manifests_apply_server_side_and_delete_cleanly(plane):
