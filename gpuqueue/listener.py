@@ -107,15 +107,6 @@ class GuardedConnection(asyncio.Protocol):
     def request_finished(self) -> None:
         self._enter(IDLE, self.listener.limits.idle_timeout)
 
-    def multiplexed(self, oldest: float | None) -> None:
-        """An HTTP/2 connection's streams changed: ``oldest`` is when its oldest stream not yet
-        answered began (None: none is open). Busy, it is in flight until the body timeout from that
-        start; otherwise idle."""
-        if oldest is None:
-            self._enter(IDLE, self.listener.limits.idle_timeout)
-        else:
-            self.phase, self.since, self.deadline = HANDLING, oldest, oldest + self.listener.limits.body_timeout
-
     # -- asyncio.Protocol, passed on ---------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -123,10 +114,7 @@ class GuardedConnection(asyncio.Protocol):
             transport.abort()
             return
         self.phase = HEADERS  # since and deadline still count from the accept
-        ssl_object = transport.get_extra_info("ssl_object")
-        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
-        h2 = alpn == "h2" and self.listener.h2_factory is not None
-        self.inner = self.listener.h2_factory() if h2 else self.listener.protocol_factory()
+        self.inner = self.listener.protocol_factory()
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc) -> None:
@@ -187,14 +175,8 @@ class GuardedListener:
     """Serves ``protocol_factory`` (e.g. aiohttp's ``runner.server``) over TLS within ``limits``."""
 
     def __init__(self, protocol_factory: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None,
-                 limits: ConnectionLimits = ConnectionLimits(),
-                 h2_factory: Callable[[], asyncio.Protocol] | None = None) -> None:
-        """``h2_factory``: the protocol for connections whose client chose HTTP/2 by ALPN (offered
-        when given; the context's ALPN list is set accordingly)."""
+                 limits: ConnectionLimits = ConnectionLimits()) -> None:
         self.protocol_factory, self.ssl_context, self.limits = protocol_factory, ssl_context, limits
-        self.h2_factory = h2_factory
-        if ssl_context is not None:
-            ssl_context.set_alpn_protocols(["h2", "http/1.1"] if h2_factory is not None else ["http/1.1"])
         self.connections: set[GuardedConnection] = set()  # each holds a slot, from accept to close
         self.by_peer: dict[str, int] = {}  # slots held per client address
         self.refused = 0  # connections reset at the cap
@@ -300,15 +282,6 @@ class GuardedListener:
                 self.expired += 1
                 conn.abort()
 
-    def drain(self) -> None:
-        """Tell the HTTP/2 connections to take no new stream here (GOAWAY): their client sends its
-        next requests, and any this one did not take, over a new connection, wherever the Service
-        routes it. New connections are still served."""
-        for conn in list(self.connections):
-            drain = getattr(conn.inner, "drain", None)
-            if drain is not None:
-                drain()
-
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting, give requests in flight up to ``grace`` seconds, then abort everything."""
         for task in list(self._tasks):
@@ -316,7 +289,6 @@ class GuardedListener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        self.drain()
         if self._loop is not None:
             deadline = self.now() + grace
             while any(c.phase in (BODY, HANDLING) for c in self.connections) and self.now() < deadline:

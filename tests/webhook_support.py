@@ -87,7 +87,7 @@ def webhook_args(cert_dir: Path, *flags: str):
     from gpuqueue.cli import build_parser
 
     return build_parser().parse_args(["webhook", f"--cert-dir={cert_dir}", "--host=127.0.0.1", "--port=0",
-                                      "--cert-check-seconds=60", *flags])
+                                      "--cert-check-seconds=60", "--shutdown-delay-seconds=0", *flags])
 
 
 def client_context(cert_dir: Path) -> ssl.SSLContext:
@@ -140,7 +140,7 @@ async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohor
     tls = ReloadingTLS(cert_dir)
     handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts(),
                                  covered=lambda: covered, pods=pods or NoPods())
-    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context, limits, h2=handlers.h2())
+    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context, limits)
     connector = aiohttp.TCPConnector(ssl=client_context(cert_dir))
     session = aiohttp.ClientSession(connector=connector)
     try:

@@ -14,7 +14,6 @@ pod of a binding that no scheduler makes (``PodLookup``).
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import inspect
 import logging
@@ -30,7 +29,6 @@ from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQu
 from gpuqueue.jobframework.mutation import mutate_job
 from gpuqueue.jobframework.registry import INTEGRATIONS, IntegrationsConfig
 from gpuqueue.jobframework.unqueued import enforced_requests, why_unqueued
-from gpuqueue.h2serve import H2Protocol, PlainHandler, Routes
 from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
 from gpuqueue.webhook import pod_admission, review
 from gpuqueue.webhook.cluster import NoPods, PodLookup
@@ -85,7 +83,8 @@ class WebhookSettings:
     server_version: str = ""  # as /version reports it, for messages
 
 
-JSON, TEXT = "application/json", "text/plain"
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def _is_kind(req: review.AdmissionRequest, integration: Integration) -> bool:
@@ -260,80 +259,64 @@ class AdmissionHandlers:
         return review.deny(req.uid, f'{req.kind.kind}.{KUEUE_GROUP} "{req.name}" is invalid: {aggregate(errors)}')
 
     # -- HTTP ---------------------------------------------------------------------
-    def _answer(self, decide: Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]) -> PlainHandler:
-        """The answer to one request's body, whichever HTTP version carried it."""
-        async def answer(body: bytes) -> tuple[int, bytes, str]:
+    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]
+                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        limit = self.settings.max_body
+        too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
+                              413, "RequestEntityTooLarge")
+
+        async def handle(request: web.Request) -> web.Response:
+            if request.content_length is not None and request.content_length > limit:
+                return _json(too_big, 413)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return _json(too_big, 413)
+            except ConnectionError:  # the client left, or was cut off past the body timeout
+                return web.Response(status=408, text="request body not received in time\n")
+            guard = guarded_connection(request.transport)
+            if guard is not None:
+                guard.body_received()
             parsed = review.parse_review(body)
             if isinstance(parsed, review.ReviewError):
-                return 200, review.bad_request(parsed.uid, parsed.message), JSON
+                return _json(review.bad_request(parsed.uid, parsed.message))
             try:
-                result = decide(parsed)
-                return 200, await result if inspect.isawaitable(result) else result, JSON
+                answer = decide(parsed)
+                return _json(await answer if inspect.isawaitable(answer) else answer)
             except Exception:  # a bug must not become a 5xx (the API server would fail the request anyway)
                 log.exception("unexpected error answering review %s", parsed.uid)
-                return 200, review.deny(parsed.uid, "internal error in the gpuqueue webhook; see its log", 500,
-                                        "InternalError"), JSON
+                return _json(review.deny(parsed.uid, "internal error in the gpuqueue webhook; see its log", 500, "InternalError"))
 
-        return answer
+        return handle
 
-    def too_big(self) -> bytes:
-        return review.deny("", f"request body over the {self.settings.max_body} byte limit: refused without reading it",
-                           413, "RequestEntityTooLarge")
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
 
-    async def healthz(self, _: bytes) -> tuple[int, bytes, str]:
-        return 200, b"ok\n", TEXT
-
-    async def readyz(self, _: bytes) -> tuple[int, bytes, str]:
+    async def readyz(self, _: web.Request) -> web.Response:
         if self.ready():
-            return 200, b"ok\n", TEXT
-        return 503, b"queue view not synced yet\n", TEXT
-
-    def routes(self) -> Routes:
-        """(method, path) -> handler of the body: served over HTTP/1.1 by ``app`` and over HTTP/2 by
-        ``gpuqueue.h2serve``."""
-        posts: dict[str, Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]] = {}
-        for integration in QUEUED_KINDS:
-            posts[kind_path("mutate", integration)] = lambda req, i=integration: self.mutate(req, i)
-        for integration in VALIDATED_KINDS:
-            posts[kind_path("validate", integration)] = lambda req, i=integration: self.validate_job(req, i)
-        for integration in PARENT_KINDS:
-            posts[kind_path("validate", integration)] = lambda req, i=integration: self.validate_parent(req, i)
-        posts.update({VALIDATE_KUEUE_PATH: self.validate_kueue, MUTATE_POD_PATH: self.mutate_pod,
-                      VALIDATE_POD_PATH: self.validate_pod, VALIDATE_BINDING_PATH: self.validate_binding,
-                      VALIDATE_WORKLOAD_PATH: self.validate_workload, WARN_UNQUEUED_PATH: self.warn_unqueued})
-        routes: Routes = {("POST", path): self._answer(decide) for path, decide in posts.items()}
-        routes.update({("GET", "/healthz"): self.healthz, ("GET", "/readyz"): self.readyz})
-        return routes
-
-    def h2(self) -> Callable[[], H2Protocol]:
-        """The HTTP/2 protocol serving ``routes``, one per connection."""
-        routes, too_big = self.routes(), self.too_big()
-        return lambda: H2Protocol(routes, max_body=self.settings.max_body, too_big=too_big)
+            return web.Response(text="ok\n")
+        return web.Response(text="queue view not synced yet\n", status=503)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body)
-        for (method, path), handler in self.routes().items():
-            app.router.add_route(method, path, _over_http1(handler, self.settings.max_body, self.too_big()))
+        for integration in QUEUED_KINDS:
+            app.router.add_post(kind_path("mutate", integration),
+                                self._endpoint(lambda req, i=integration: self.mutate(req, i)))
+        for integration in VALIDATED_KINDS:
+            app.router.add_post(kind_path("validate", integration),
+                                self._endpoint(lambda req, i=integration: self.validate_job(req, i)))
+        for integration in PARENT_KINDS:
+            app.router.add_post(kind_path("validate", integration),
+                                self._endpoint(lambda req, i=integration: self.validate_parent(req, i)))
+        app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
+        app.router.add_post(MUTATE_POD_PATH, self._endpoint(self.mutate_pod))
+        app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))
+        app.router.add_post(VALIDATE_BINDING_PATH, self._endpoint(self.validate_binding))
+        app.router.add_post(VALIDATE_WORKLOAD_PATH, self._endpoint(self.validate_workload))
+        app.router.add_post(WARN_UNQUEUED_PATH, self._endpoint(self.warn_unqueued))
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
         return app
-
-
-def _over_http1(handler: PlainHandler, limit: int, too_big: bytes) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
-        if request.content_length is not None and request.content_length > limit:
-            return web.Response(body=too_big, status=413, content_type=JSON)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return web.Response(body=too_big, status=413, content_type=JSON)
-        except ConnectionError:  # the client left, or was cut off past the body timeout
-            return web.Response(status=408, text="request body not received in time\n")
-        guard = guarded_connection(request.transport)
-        if guard is not None:
-            guard.body_received()
-        status, answer, content_type = await handler(body)
-        return web.Response(body=answer, status=status, content_type=content_type)
-
-    return handle
 
 
 @dataclass
@@ -364,17 +347,14 @@ async def request_phases(request: web.Request, handler):
 
 
 async def start_server(app: web.Application, host: str, port: int, ssl_context,
-                       limits: ConnectionLimits = ConnectionLimits(),
-                       h2: Callable[[], asyncio.Protocol] | None = None) -> RunningServer:
-    """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``).
-    ``h2``: the protocol of connections whose client chooses HTTP/2 (``AdmissionHandlers.h2``);
-    None: HTTP/1.1 only."""
+                       limits: ConnectionLimits = ConnectionLimits()) -> RunningServer:
+    """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``)."""
     app.middlewares.append(request_phases)
     # The listener closes idle connections first (aborting them); aiohttp's own keep-alive timer
     # would close them gracefully, waiting on the client's close_notify.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout + 5)
     await runner.setup()
-    listener = GuardedListener(runner.server, ssl_context, limits, h2_factory=h2)
+    listener = GuardedListener(runner.server, ssl_context, limits)
     await listener.listen(host, port)
     return RunningServer(runner, listener)
 

@@ -50,12 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="time from a request's headers to its answer (body read, review decided)")
     p.add_argument("--idle-timeout-seconds", type=float, default=limits.idle_timeout,
                    help="how long a kept-alive connection may wait for its next request")
-    p.add_argument("--no-http2", dest="http2", action="store_false",
-                   help="offer HTTP/1.1 only (by default HTTP/2 is offered too, and kube-apiserver then sends every "
-                        "review over one connection: docs/webhook.md)")
     p.add_argument("--shutdown-delay-seconds", type=float, default=5.0,
-                   help="on SIGTERM, tell HTTP/2 clients to go elsewhere at once but keep answering this long "
-                        "(while the Service stops sending here), then finish what is in flight and exit")
+                   help="on SIGTERM, keep answering this long (while the Service stops sending here), then finish "
+                        "what is in flight and exit")
     p.set_defaults(run=run)
 
 
@@ -147,14 +144,14 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         if settings.integrations.enabled("pod"):
             settings = with_gates(settings, await server_version(api))
     handlers = AdmissionHandlers(settings, view, view, ready, covered, pods)
-    server = await start_server(handlers.app(), args.host, args.port, tls.context, limits,
-                                h2=handlers.h2() if args.http2 else None)
+    server = await start_server(handlers.app(), args.host, args.port, tls.context, limits)
     settle_heap()
     log.info("webhook serving on https://%s:%d", args.host, server.port)
     try:
         await (stop.wait() if stop else asyncio.Event().wait())
-        log.info("stopping: new HTTP/2 streams go elsewhere; answering for %.1f s more", args.shutdown_delay_seconds)
-        server.listener.drain()
+        # kube-apiserver learns that this replica is going from the Service's endpoints, a moment
+        # after the SIGTERM: calls still routed here are answered meanwhile, not refused.
+        log.info("stopping: answering for %.1f s more", args.shutdown_delay_seconds)
         await asyncio.sleep(args.shutdown_delay_seconds)
     finally:
         for t in tasks:
