@@ -41,8 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cert-check-seconds", type=float, default=10.0, help="how often to look for renewed cert files")
     limits = ConnectionLimits()
     p.add_argument("--max-connections", type=int, default=limits.max_connections,
-                   help="connections served at once, TLS handshakes included; past it an idle kept-alive one is "
-                        "closed to make room, else the new one is reset")
+                   help="connections served at once, TLS handshakes included; past it a slow or long idle one is "
+                        "closed to make room, else the new one waits for a slot")
+    p.add_argument("--max-waiting-connections", type=int, default=limits.max_waiting,
+                   help="connections waiting for a slot (each up to the header timeout); past it the newest of the "
+                        "client with the most waiting is reset")
     p.add_argument("--header-timeout-seconds", type=float, default=limits.header_timeout,
                    help="time to deliver a request's headers, from the accept (TLS handshake included) or from "
                         "the first byte of a later request on the connection")
@@ -90,8 +93,9 @@ def with_gates(settings: WebhookSettings, version) -> WebhookSettings:
 
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
     try:
-        return ConnectionLimits(args.max_connections, args.header_timeout_seconds, args.body_timeout_seconds,
-                                args.idle_timeout_seconds)
+        return ConnectionLimits(max_connections=args.max_connections, header_timeout=args.header_timeout_seconds,
+                                body_timeout=args.body_timeout_seconds, idle_timeout=args.idle_timeout_seconds,
+                                max_waiting=args.max_waiting_connections)
     except ValueError as exc:
         raise SystemExit(f"gpuqueue webhook: {exc}")
 
