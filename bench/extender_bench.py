@@ -43,6 +43,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import sys
 import random
 import re
 import ssl
@@ -74,8 +75,10 @@ FLAVORS = {
     "h100": ({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, 8),
     "a100": ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, 8),
 }
-NODES = 5000
-CANDIDATES = 500
+# --nodes and --candidates reach the server's process (spawned: it imports this module anew) through
+# the environment.
+NODES = int(os.environ.get("EXTENDER_BENCH_NODES", "5000"))
+CANDIDATES = int(os.environ.get("EXTENDER_BENCH_CANDIDATES", "500"))
 DISTINCT_PODS = 200
 
 
@@ -136,7 +139,8 @@ def request_bodies(seed: int = 2) -> list[tuple[bytes, list[str]]]:
                                     "uid": f"uid-train-{flavor}", "controller": True, "blockOwnerDeletion": True}]
         res = body["Pod"]["spec"]["containers"][0]["resources"]
         res["limits"]["nvidia.com/gpu"] = res["requests"]["nvidia.com/gpu"] = "1"
-        names = rnd.sample(by_flavor[flavor], 450) + rnd.sample(others[flavor], 50)
+        mine = min(len(by_flavor[flavor]), CANDIDATES * 9 // 10)
+        names = rnd.sample(by_flavor[flavor], mine) + rnd.sample(others[flavor], CANDIDATES - mine)
         rnd.shuffle(names)
         body["NodeNames"] = names
         out.append((orjson.dumps(body) + b"\n", names))
@@ -353,6 +357,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=1000, help="pods per round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=NODES, help="nodes in the cache, over 3 flavors")
+    ap.add_argument("--candidates", type=int, default=CANDIDATES,
+                    help="node names per /filter (nine in ten of the pod's flavor, as kube-scheduler's own filters "
+                         "leave them; the rest others)")
     ap.add_argument("--concurrency", default="1,4", help="connections, comma separated")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the OS move the server and the client between CPUs (default: one CPU each)")
@@ -360,6 +368,9 @@ def main() -> None:
                     help="measure pods the extender's pod watch brings MS ms after kube-scheduler asks")
     args = ap.parse_args()
     shared_fixtures.require_for_script("bench/extender_bench.py")
+    if (args.nodes, args.candidates) != (NODES, CANDIDATES):  # this process and the server's, anew
+        os.environ.update(EXTENDER_BENCH_NODES=str(args.nodes), EXTENDER_BENCH_CANDIDATES=str(args.candidates))
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     if not args.no_pin:
         pin(LOAD_CPU)
     if args.watch_lag:

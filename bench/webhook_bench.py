@@ -46,10 +46,79 @@ from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
 
 FIXTURE = shared_fixtures.FIXTURES / "k8s-1.24/admission/mutating-review-request.job-create.no-labels.json"
-PATH = "/mutate-batch-v1-job"
+PATHS = {"job": "/mutate-batch-v1-job", "pod": "/mutate--v1-pod", "pod-validate": "/validate--v1-pod",
+         "binding": "/validate--v1-binding"}
 
 
-def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
+def _pod(gpus: int) -> dict:
+    """A pod as the Job controller creates it, after kube-apiserver's defaulting (what a mutating
+    webhook receives), requesting ``gpus`` GPUs."""
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": str(gpus)}}
+    return {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"generateName": "train-", "namespace": "team-a", "creationTimestamp": None,
+                     "labels": {"batch.kubernetes.io/controller-uid": "8f0f6a34-7a51-4c5e-9a38-0d6c9a1e5b21",
+                                "batch.kubernetes.io/job-name": "train", "controller-uid": "8f0f6a34-7a51-4c5e-9a38-0d6c9a1e5b21",
+                                "job-name": "train", "kueue.x-k8s.io/queue-name": "gpu-queue"},
+                     "annotations": {"batch.kubernetes.io/job-completion-index": "3"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                          "uid": "8f0f6a34-7a51-4c5e-9a38-0d6c9a1e5b21", "controller": True,
+                                          "blockOwnerDeletion": True}],
+                     "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                                        "time": "2026-12-07T10:00:00Z", "fieldsType": "FieldsV1",
+                                        "fieldsV1": {"f:metadata": {"f:generateName": {}, "f:labels": {".": {}}},
+                                                     "f:spec": {"f:containers": {}}}}]},
+        "spec": {"volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [
+                     {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}],
+                     "defaultMode": 420}}],
+                 "containers": [{"name": "train", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                 "command": ["python", "train.py", "--epochs", "10"], "resources": resources,
+                                 "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": True,
+                                                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                                 "imagePullPolicy": "IfNotPresent"}],
+                 "restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                 "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"},
+                 "serviceAccountName": "default", "serviceAccount": "default", "securityContext": {},
+                 "schedulerName": "default-scheduler",
+                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300},
+                                 {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300}],
+                 "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
+        "status": {}}
+
+
+def _review(kind: str) -> dict:
+    """The AdmissionReview kube-apiserver sends for ``kind``'s path."""
+    if kind == "job":
+        return json.loads(FIXTURE.read_text())
+    user = {"username": "system:serviceaccount:kube-system:job-controller", "groups": ["system:serviceaccounts",
+            "system:serviceaccounts:kube-system", "system:authenticated"]}
+    common = {"uid": "0c5f1a0e-3b8e-4f55-a1f3-1f2b7d9e6a10", "namespace": "team-a", "operation": "CREATE",
+              "userInfo": user, "dryRun": False}
+    if kind == "binding":
+        request = {**common, "kind": {"group": "", "version": "v1", "kind": "Binding"},
+                   "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "binding",
+                   "requestKind": {"group": "", "version": "v1", "kind": "Binding"},
+                   "requestResource": {"group": "", "version": "v1", "resource": "pods"}, "requestSubResource": "binding",
+                   "name": "train-3-abcde",
+                   "userInfo": {"username": "system:kube-scheduler", "groups": ["system:authenticated"]},
+                   "object": {"kind": "Binding", "apiVersion": "v1",
+                              "metadata": {"name": "train-3-abcde", "namespace": "team-a", "uid": "b3d1", "creationTimestamp": None},
+                              "target": {"kind": "Node", "name": "gh200-017"}},
+                   "oldObject": None, "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}
+    else:
+        request = {**common, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                   "resource": {"group": "", "version": "v1", "resource": "pods"},
+                   "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                   "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                   "object": _pod(4), "oldObject": None, "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}
+    return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
+
+
+def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes, path: str) -> None:
     pin(SERVER_CPU)
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.webhook.kueue_validation import NoCohorts
@@ -65,7 +134,7 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes) -> None:
                 await request.read()
                 return web.Response(body=answer, content_type="application/json")
             app = web.Application()
-            app.router.add_post(PATH, bare)
+            app.router.add_post(path, bare)
         server = await start_server(app, "127.0.0.1", 0, tls.context)
         settle_heap()  # as `gpuqueue webhook` does; for both servers, so the comparison stays fair
         port_q.put(server.port)
@@ -100,7 +169,7 @@ WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
-local pause_ms = {pause_ms}
+{close}local pause_ms = {pause_ms}
 if pause_ms > 0 then
   function delay()  -- wrk truncates to whole ms: round instead, the mean stays right
     return math.floor(-math.log(1 - math.random()) * pause_ms + 0.5)
@@ -114,9 +183,10 @@ end
 """
 
 
-def _wrk(url: str, body_file: Path, seconds: int, conns: int, pause_ms: float, tmp: Path) -> Run:
+def _wrk(url: str, body_file: Path, seconds: int, conns: int, pause_ms: float, tmp: Path, close: bool = False) -> Run:
     script = tmp / f"post-{pause_ms:g}.lua"
-    script.write_text(WRK_SCRIPT.format(body=body_file, pause_ms=pause_ms))
+    script.write_text(WRK_SCRIPT.format(body=body_file, pause_ms=pause_ms,
+                                        close='wrk.headers["Connection"] = "close"\n' if close else ""))
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "-s", str(script), url],
                          capture_output=True, text=True, check=True, preexec_fn=lambda: pin(LOAD_CPU)).stdout
     m = re.search(r"^WRK (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
@@ -178,6 +248,17 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+def _answer_of(cert_dir: str, body: bytes, ctx: ssl.SSLContext, path: str) -> bytes:
+    q: mp.Queue = mp.Queue()
+    proc = mp.Process(target=_serve, args=("webhook", cert_dir, q, b"", path), daemon=True)
+    proc.start()
+    try:
+        return asyncio.run(_one_answer(f"https://127.0.0.1:{q.get(timeout=20)}{path}", body, ctx))
+    finally:
+        proc.terminate()
+        proc.join()
+
+
 async def _one_answer(url: str, body: bytes, ctx: ssl.SSLContext) -> bytes:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as s:
         async with s.post(url, data=body) as r:
@@ -196,20 +277,23 @@ def main() -> None:
                          "answer, so the more there are, the less the answer time itself lowers the rate reached")
     ap.add_argument("--rounds", type=int, default=5, help="bare and webhook alternate this many times; medians reported")
     ap.add_argument("--python-load", action="store_true", help="use the Python load generator even if wrk is there")
+    ap.add_argument("--review", choices=sorted(PATHS), default="job",
+                    help="job: the recorded Job creation; pod / pod-validate: a Job's 4-GPU pod created; "
+                         "binding: kube-scheduler binding a pod")
+    ap.add_argument("--close", action="store_true",
+                    help="a new TLS connection for every review (Connection: close), as kube-apiserver does past "
+                         "its 25 idle connections per webhook host; wrk only")
     args = ap.parse_args()
     shared_fixtures.require_for_script("bench/webhook_bench.py")
 
     from gpuqueue.certs.generate import ServingIdentity, generate, write_files
-    from gpuqueue.webhook import review
-    from gpuqueue.jobframework.managed import ManagedJobsConfig, StaticQueueView
-    from gpuqueue.jobframework.mutation import mutate_job
 
     use_wrk = shutil.which("wrk") is not None and not args.python_load
-    doc = json.loads(FIXTURE.read_text())
+    if args.close and not use_wrk:
+        ap.error("--close needs wrk")
+    path = PATHS[args.review]
+    doc = _review(args.review)
     body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-    req = doc["request"]
-    answer = review.allow(req["uid"], mutate_job(req["object"], StaticQueueView(local_queues={("team-a", "default")}),
-                                                 ManagedJobsConfig()).patch)
     rows: dict[str, list[tuple[float, float, float, float, float]]] = {"bare": [], "webhook": []}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -218,21 +302,22 @@ def main() -> None:
         ctx = ssl.create_default_context(cafile=str(tmp / "ca.crt"))
         if not use_wrk:
             pin(LOAD_CPU)
+        answer = _answer_of(str(tmp), body, ctx, path)  # the bare server answers the same bytes
         for kind in ("bare", "webhook") * args.rounds:
             q: mp.Queue = mp.Queue()
-            proc = mp.Process(target=_serve, args=(kind, str(tmp), q, answer), daemon=True)
+            proc = mp.Process(target=_serve, args=(kind, str(tmp), q, answer, path), daemon=True)
             proc.start()
             try:
-                url = f"https://127.0.0.1:{q.get(timeout=20)}{PATH}"
+                url = f"https://127.0.0.1:{q.get(timeout=20)}{path}"
                 got = asyncio.run(_one_answer(url, body, ctx))
                 assert got == answer, (kind, got[:200])
                 if use_wrk:
                     _wrk(url, tmp / "body.json", 1, args.connections, 0, tmp)  # warm-up
                     cpu0 = _cpu_seconds(proc.pid)
-                    tput = _wrk(url, tmp / "body.json", args.seconds, args.connections, 0, tmp)
+                    tput = _wrk(url, tmp / "body.json", args.seconds, args.connections, 0, tmp, args.close)
                     cpu1 = _cpu_seconds(proc.pid)
                     fixed = _wrk(url, tmp / "body.json", args.seconds, args.rate_connections,
-                                 args.rate_connections * 1000 / args.rate, tmp)
+                                 args.rate_connections * 1000 / args.rate, tmp, args.close)
                 else:
                     cpu0 = _cpu_seconds(proc.pid)
                     tput = asyncio.run(_py_throughput(url, body, ctx, args.seconds, args.connections))
@@ -247,7 +332,10 @@ def main() -> None:
     # ratios of the two servers measured next to each other, then the median of those
     pair = [statistics.median(w[i] / b[i] for b, w in zip(rows["bare"], rows["webhook"])) for i in range(5)]
     gen = "wrk (1 thread, pinned to CPU 1)" if use_wrk else "Python aiohttp client (wrk not found: figures include its own cost)"
-    print(f"request body {len(body)} B (recorded kube-apiserver review, Job without labels -> default LocalQueue); "
+    what = {"job": "recorded kube-apiserver review, Job without labels -> default LocalQueue",
+            "pod": "a Job's 4-GPU pod created, mutating", "pod-validate": "a Job's 4-GPU pod created, validating",
+            "binding": "kube-scheduler binding a pod"}[args.review]
+    print(f"request body {len(body)} B ({what}), {'a new TLS connection per review' if args.close else 'keep-alive'}; "
           f"load generator: {gen}")
     print(f"medians of {args.rounds} alternating rounds, {args.seconds:g} s each, {args.connections} keep-alive connections "
           f"({args.rate_connections if use_wrk else args.connections} at the fixed rate), server pinned to CPU {SERVER_CPU}")

@@ -16,9 +16,16 @@ matches. This listener:
 - at the cap, makes room for a new connection by closing the connection slow the longest (in
   its handshake, headers or body for over ``slow_after``), else the one idle the longest (over
   ``idle_evict_after``), else - when another client holds more slots than the newcomer's - that
-  client's oldest connection without a request in flight. Otherwise the new connection is reset
-  at once (nothing allocated for it) and the requests in flight finish. So a tenant's pod that
-  floods the port cannot take kube-apiserver's slots, nor its kept-alive connections.
+  client's oldest connection without a request in flight. So a tenant's pod that floods the port
+  cannot take kube-apiserver's slots, nor its kept-alive connections;
+- otherwise the new connection waits, accepted but not yet served (its socket only, nothing
+  allocated for TLS), for a slot: the next one freed goes to the waiting client that holds the
+  fewest slots, the longest waiting first. A waiter's handshake time counts from its accept, so
+  one still waiting after ``header_timeout`` is reset; so is the newest waiter of the client with
+  the most waiting when ``max_waiting`` are. kube-apiserver calls a webhook over HTTP/1.1 with a
+  connection per call in flight: under a burst it opens hundreds, and a reset one is a failed
+  call (a pod creation refused with HTTP 500 under failurePolicy Fail); a waiting one is a call
+  answered a moment later.
 
 The HTTP layer stays whatever serves the protocol (aiohttp for the webhook): each connection's
 protocol is wrapped in a ``GuardedConnection`` that sees the decrypted bytes go by, and the HTTP
@@ -58,10 +65,14 @@ class ConnectionLimits:
     # kube-apiserver keeps connections open for its next reviews: one idle for a moment is not
     # taken away from it; one idle this long is, when a new connection needs the slot.
     idle_evict_after: float = 5.0
+    # Accepted connections waiting for a slot (a socket each, nothing more).
+    max_waiting: int = 1024
 
     def __post_init__(self) -> None:
         if self.max_connections < 1:
             raise ValueError(f"max connections must be at least 1, got {self.max_connections}")
+        if self.max_waiting < 0:
+            raise ValueError(f"max waiting connections must be 0 or more, got {self.max_waiting}")
         for name in ("header_timeout", "body_timeout", "idle_timeout", "slow_after", "idle_evict_after"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name.replace('_', ' ')} must be a positive number of seconds, got {getattr(self, name)}")
@@ -144,6 +155,7 @@ class GuardedConnection(asyncio.Protocol):
             left = self.listener.by_peer.pop(self.peer) - 1
             if left:
                 self.listener.by_peer[self.peer] = left
+            self.listener.slot_freed()
 
     def abort(self) -> None:
         """Close at once, without the TLS close_notify exchange; the slot is free immediately."""
@@ -179,7 +191,10 @@ class GuardedListener:
         self.protocol_factory, self.ssl_context, self.limits = protocol_factory, ssl_context, limits
         self.connections: set[GuardedConnection] = set()  # each holds a slot, from accept to close
         self.by_peer: dict[str, int] = {}  # slots held per client address
-        self.refused = 0  # connections reset at the cap
+        self.waiting: list[tuple[socket.socket, str, float]] = []  # (socket, peer, accepted at), for a slot
+        self.waited = 0  # connections that waited for a slot and were served
+        self._evicting = False
+        self.refused = 0  # connections reset at the cap: past their wait, or the queue full
         self.evicted = 0  # slow or idle connections closed at the cap to make room
         self.expired = 0  # connections aborted past a deadline
         self.port = 0
@@ -225,10 +240,36 @@ class GuardedListener:
                 continue
             peer = address[0] if isinstance(address, tuple) else str(address)
             if self.active >= self.limits.max_connections and not self._make_room(peer):
-                self.refused += 1
-                _reset(sock)
+                self._wait(sock, peer, loop.time())
                 continue
             self._spawn(self._start(GuardedConnection(self, sock, peer, loop.time())))
+
+    def _wait(self, sock: socket.socket, peer: str, now: float) -> None:
+        if len(self.waiting) >= self.limits.max_waiting:
+            counts: dict[str, int] = {}
+            for _, p, _ in self.waiting:
+                counts[p] = counts.get(p, 0) + 1
+            top = max(counts, key=counts.__getitem__) if counts else None
+            if top is None or top == peer or counts[top] <= counts.get(peer, 0) + 1:
+                self.refused += 1
+                _reset(sock)
+                return
+            newest = max((w for w in self.waiting if w[1] == top), key=lambda w: w[2])
+            self.waiting.remove(newest)
+            self.refused += 1
+            _reset(newest[0])
+        self.waiting.append((sock, peer, now))
+
+    def slot_freed(self) -> None:
+        """A slot came free: the waiting client holding the fewest slots gets it, the longest
+        waiting first."""
+        if not self.waiting or self._evicting or self._loop is None or self._sock is None:
+            return
+        entry = min(self.waiting, key=lambda w: (self.by_peer.get(w[1], 0), w[2]))
+        self.waiting.remove(entry)
+        sock, peer, accepted = entry
+        self.waited += 1
+        self._spawn(self._start(GuardedConnection(self, sock, peer, accepted)))
 
     def _make_room(self, newcomer: str) -> bool:
         """At the cap, close one connection for a new one from ``newcomer``: the one slow the
@@ -246,7 +287,11 @@ class GuardedListener:
                 victims = [c for c in self.connections if c.peer == hog and c.phase != HANDLING]
         if not victims:
             return False
-        min(victims, key=lambda c: c.since).abort()
+        self._evicting = True  # the slot freed is the newcomer's, not a waiter's
+        try:
+            min(victims, key=lambda c: c.since).abort()
+        finally:
+            self._evicting = False
         self.evicted += 1
         return True
 
@@ -281,6 +326,11 @@ class GuardedListener:
             for conn in [c for c in self.connections if c.deadline <= now]:
                 self.expired += 1
                 conn.abort()
+            late = [w for w in self.waiting if w[2] + limits.header_timeout <= now]
+            for entry in late:
+                self.waiting.remove(entry)
+                self.refused += 1
+                _reset(entry[0])
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting, give requests in flight up to ``grace`` seconds, then abort everything."""
@@ -289,6 +339,9 @@ class GuardedListener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        for sock, _, _ in self.waiting:
+            _reset(sock)
+        self.waiting.clear()
         if self._loop is not None:
             deadline = self.now() + grace
             while any(c.phase in (BODY, HANDLING) for c in self.connections) and self.now() < deadline:

@@ -93,6 +93,33 @@ async def test_waits_for_its_certificate_instead_of_exiting(tmp_path, monkeypatc
     await task
 
 
+async def test_told_to_stop_it_answers_through_the_shutdown_delay_then_closes(tmp_path, monkeypatch, caplog):
+    """A replica being replaced still gets calls until the Service's endpoints drop it: it answers
+    them for --shutdown-delay-seconds after the SIGTERM, then stops listening."""
+    import aiohttp
+
+    cert_dir = make_cert_dir(tmp_path / "tls")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO)
+    task = asyncio.create_task(serve(webhook_args(cert_dir, "--shutdown-delay-seconds=1.0"), stop))
+    await eventually(lambda: "webhook serving on" in caplog.text)
+    base = f"https://127.0.0.1:{int(caplog.text.split('webhook serving on https://127.0.0.1:')[1].split()[0])}"
+    doc = load_review("mutating-review-request.job-create.with-queue-name-label.json")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(cert_dir), force_close=True)) as s:
+        stopped_at = asyncio.get_running_loop().time()
+        stop.set()
+        await asyncio.sleep(0.5)
+        async with s.post(f"{base}/mutate-batch-v1-job", data=wire(doc)) as r:  # a new connection, mid-delay
+            assert r.status == 200 and (await r.json())["response"]["allowed"] is True
+        assert not task.done()
+        await task
+        assert asyncio.get_running_loop().time() - stopped_at >= 1.0
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await s.post(f"{base}/mutate-batch-v1-job", data=wire(doc))
+
+
 # -- against the API server stand-in, with the real kubernetes_asyncio client ----------------------
 
 import time  # noqa: E402

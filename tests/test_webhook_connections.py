@@ -1,6 +1,6 @@
 """Slow, idle and numerous clients against the real webhook app over real TLS: trickling clients
-are closed after the header (or body) timeout, at the connection cap new connections are reset
-at once while the requests in flight finish, a slow client or a client holding every slot gives
+are closed after the header (or body) timeout, at the connection cap new connections wait for a
+slot (reset past the header timeout, or when too many wait) while the requests in flight finish, a slow client or a client holding every slot gives
 one up to another client, and reviews are answered during and after a trickle. Short limits keep
 the tests fast; the product's defaults are in gpuqueue/listener.py, the figures with 800 clients
 in bench/webhook_slowloris.py and docs/webhook.md."""
@@ -112,27 +112,74 @@ async def test_a_kept_alive_connection_serves_until_idle_too_long(cert_dir):
         assert time.monotonic() - start < 1.0 + 0.5
 
 
-async def test_at_the_cap_new_connections_are_reset_at_once_and_requests_in_flight_finish(cert_dir):
+async def test_at_the_cap_new_connections_wait_for_a_slot_and_are_served(cert_dir):
+    """kube-apiserver opens a connection per call in flight: at the cap its new ones wait for a
+    slot (not reset, which would fail the call), and are answered as the requests in flight finish."""
     limits = ConnectionLimits(max_connections=4, slow_after=30.0)
     async with running_webhook(cert_dir, limits=limits) as hook:
         in_flight = [await connect(hook) for _ in range(4)]
         for _, writer in in_flight:
             writer.write(HEAD)  # headers in, body not yet: a request in flight
         await asyncio.sleep(0.1)
-        for _ in range(3):
-            start = time.monotonic()
-            with pytest.raises(CLOSED):
-                reader, writer = await connect(hook)
-                await asyncio.wait_for(reader.read(1), 2.0)
-                raise ConnectionResetError("closed")  # an EOF counts as refused too
-            assert time.monotonic() - start < 0.5
-        assert hook.server.listener.refused == 3
+        async def late_review() -> dict:
+            return await review_on(*await connect(hook))  # the handshake waits for a slot
+
+        late_reviews = [asyncio.create_task(late_review()) for _ in range(3)]
+        await asyncio.sleep(0.5)
+        assert len(hook.server.listener.waiting) == 3 and hook.server.listener.active == 4
+        assert not any(t.done() for t in late_reviews)  # no slot yet
         for reader, writer in in_flight:
             writer.write(REVIEW)
         answers = [await answer(reader) for reader, _ in in_flight]
-        assert [a["response"]["allowed"] for a in answers] == [True] * 4
         for _, writer in in_flight:
             writer.close()
+        answers += await asyncio.wait_for(asyncio.gather(*late_reviews), 5.0)
+        assert [a["response"]["allowed"] if "response" in a else a["allowed"] for a in answers] == [True] * 7
+        assert (hook.server.listener.refused, hook.server.listener.waited) == (0, 3)
+
+
+async def test_a_connection_waiting_past_the_header_timeout_is_reset(cert_dir):
+    limits = ConnectionLimits(max_connections=2, slow_after=30.0, header_timeout=0.5, body_timeout=30.0)
+    async with running_webhook(cert_dir, limits=limits) as hook:
+        in_flight = [await connect(hook) for _ in range(2)]
+        for _, writer in in_flight:
+            writer.write(HEAD)
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        with pytest.raises(CLOSED):
+            reader, writer = await connect(hook)  # the TLS handshake waits with it, then fails
+            await asyncio.wait_for(reader.read(1), 5.0)
+            raise ConnectionResetError("closed")
+        assert 0.4 < time.monotonic() - start < 2.0
+        assert (hook.server.listener.refused, len(hook.server.listener.waiting)) == (1, 0)
+        for _, writer in in_flight:
+            writer.close()
+
+
+async def test_a_full_waiting_line_drops_the_client_with_the_most_waiting(cert_dir):
+    limits = ConnectionLimits(max_connections=1, max_waiting=4, slow_after=30.0, header_timeout=10.0)
+    async with running_webhook(cert_dir, limits=limits) as hook:
+        reader, writer = await connect(hook, APISERVER)
+        writer.write(HEAD)
+        await asyncio.sleep(0.1)
+        flood = [asyncio.create_task(connect(hook, TENANT)) for _ in range(4)]
+        await asyncio.sleep(0.3)
+        assert len(hook.server.listener.waiting) == 4
+        apiserver = asyncio.create_task(connect(hook, APISERVER))
+        await asyncio.sleep(0.3)
+        waiting = [peer for _, peer, _ in hook.server.listener.waiting]
+        assert sorted(waiting) == [APISERVER] + [TENANT] * 3 and hook.server.listener.refused == 1
+        writer.write(REVIEW)
+        assert (await answer(reader))["response"]["allowed"] is True
+        writer.close()
+        # the freed slot goes to the waiting client holding the fewest slots: both hold none, the
+        # tenant waited longest; kube-apiserver's call is answered once that one ends
+        for t in flood:
+            t.cancel()
+        await asyncio.gather(*flood, return_exceptions=True)
+        r2, w2 = await asyncio.wait_for(apiserver, 10.0)
+        assert (await review_on(r2, w2))["allowed"] is True
+        w2.close()
 
 
 async def test_at_the_cap_the_slowest_client_makes_room_for_a_review(cert_dir):
@@ -152,21 +199,24 @@ async def test_at_the_cap_the_slowest_client_makes_room_for_a_review(cert_dir):
 async def test_a_client_holding_every_slot_gives_one_up_to_another_client(cert_dir):
     """Even when none of its connections is slow yet, a tenant that holds every slot cannot lock
     kube-apiserver out: the API server's new connection takes one of the tenant's; the tenant's
-    own new connections are refused."""
-    limits = ConnectionLimits(max_connections=4, slow_after=30.0)
+    own new connections wait, and are reset past the header timeout."""
+    limits = ConnectionLimits(max_connections=4, slow_after=30.0, header_timeout=1.0, body_timeout=30.0)
     async with running_webhook(cert_dir, limits=limits) as hook:
         hog = [await connect(hook, TENANT) for _ in range(4)]
         for _, writer in hog:
             writer.write(HEAD[:20])
         await asyncio.sleep(0.1)
-        with pytest.raises(CLOSED):
-            reader, writer = await connect(hook, TENANT)
-            await asyncio.wait_for(reader.read(1), 2.0)
-            raise ConnectionResetError("closed")
+        more = asyncio.create_task(connect(hook, TENANT))
+        await asyncio.sleep(0.2)
+        assert [peer for _, peer, _ in hook.server.listener.waiting] == [TENANT]
         reader, writer = await connect(hook, APISERVER)
         assert (await review_on(reader, writer))["allowed"] is True
-        assert (hook.server.listener.refused, hook.server.listener.evicted) == (1, 1)
+        assert hook.server.listener.evicted == 1
         assert hook.server.listener.by_peer == {TENANT: 3, APISERVER: 1}
+        with pytest.raises(CLOSED):
+            r, _ = await asyncio.wait_for(more, 5.0)
+            await asyncio.wait_for(r.read(1), 2.0)
+            raise ConnectionResetError("closed")
         writer.close()
         for _, w in hog:
             w.transport.abort()

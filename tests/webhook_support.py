@@ -87,7 +87,7 @@ def webhook_args(cert_dir: Path, *flags: str):
     from gpuqueue.cli import build_parser
 
     return build_parser().parse_args(["webhook", f"--cert-dir={cert_dir}", "--host=127.0.0.1", "--port=0",
-                                      "--cert-check-seconds=60", *flags])
+                                      "--cert-check-seconds=60", "--shutdown-delay-seconds=0", *flags])
 
 
 def client_context(cert_dir: Path) -> ssl.SSLContext:

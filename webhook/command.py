@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -40,8 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cert-check-seconds", type=float, default=10.0, help="how often to look for renewed cert files")
     limits = ConnectionLimits()
     p.add_argument("--max-connections", type=int, default=limits.max_connections,
-                   help="connections served at once, TLS handshakes included; past it an idle kept-alive one is "
-                        "closed to make room, else the new one is reset")
+                   help="connections served at once, TLS handshakes included; past it a slow or long idle one is "
+                        "closed to make room, else the new one waits for a slot")
+    p.add_argument("--max-waiting-connections", type=int, default=limits.max_waiting,
+                   help="connections waiting for a slot (each up to the header timeout); past it the newest of the "
+                        "client with the most waiting is reset")
     p.add_argument("--header-timeout-seconds", type=float, default=limits.header_timeout,
                    help="time to deliver a request's headers, from the accept (TLS handshake included) or from "
                         "the first byte of a later request on the connection")
@@ -49,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="time from a request's headers to its answer (body read, review decided)")
     p.add_argument("--idle-timeout-seconds", type=float, default=limits.idle_timeout,
                    help="how long a kept-alive connection may wait for its next request")
+    p.add_argument("--shutdown-delay-seconds", type=float, default=5.0,
+                   help="on SIGTERM, keep answering this long (while the Service stops sending here), then finish "
+                        "what is in flight and exit")
     p.set_defaults(run=run)
 
 
@@ -86,8 +93,9 @@ def with_gates(settings: WebhookSettings, version) -> WebhookSettings:
 
 def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
     try:
-        return ConnectionLimits(args.max_connections, args.header_timeout_seconds, args.body_timeout_seconds,
-                                args.idle_timeout_seconds)
+        return ConnectionLimits(max_connections=args.max_connections, header_timeout=args.header_timeout_seconds,
+                                body_timeout=args.body_timeout_seconds, idle_timeout=args.idle_timeout_seconds,
+                                max_waiting=args.max_waiting_connections)
     except ValueError as exc:
         raise SystemExit(f"gpuqueue webhook: {exc}")
 
@@ -145,6 +153,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     log.info("webhook serving on https://%s:%d", args.host, server.port)
     try:
         await (stop.wait() if stop else asyncio.Event().wait())
+        # kube-apiserver learns that this replica is going from the Service's endpoints, a moment
+        # after the SIGTERM: calls still routed here are answered meanwhile, not refused.
+        log.info("stopping: answering for %.1f s more", args.shutdown_delay_seconds)
+        await asyncio.sleep(args.shutdown_delay_seconds)
     finally:
         for t in tasks:
             t.cancel()
@@ -155,8 +167,12 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        asyncio.run(serve(args))
-    except KeyboardInterrupt:
-        pass
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(args, stop)
+
+    asyncio.run(main())
     return 0

@@ -199,17 +199,23 @@ class Cluster:
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa, "namespace": namespace}}]}))
         return path
 
-    def start_webhook(self) -> None:
+    def start_webhook(self, extra_args: tuple[str, ...] | list[str] = ()) -> None:
+        """`gpuqueue webhook`; `extra_args` go on its command line (its shutdown delay is short here:
+        nothing routes to it that would need the time to go elsewhere)."""
         kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-webhook")
         self.webhook = self.c.spawn("gpuqueue-webhook", [
             self.gpuqueue, "webhook", "--cert-dir", str(self.certs), "--host", "127.0.0.1",
-            "--port", str(self.webhook_port), "--config", str(self.config_path)],
-            env={**os.environ, "KUBECONFIG": str(kc)})
+            "--port", str(self.webhook_port), "--config", str(self.config_path), "--shutdown-delay-seconds", "0.2",
+            *extra_args], env={**os.environ, "KUBECONFIG": str(kc)})
         self._wait_https(self.webhook, self.webhook_port, "/readyz")
 
     def stop_webhook(self) -> None:
         """Stops the webhook process (an outage of every replica); start_webhook() brings it back."""
         self._stop_process("webhook")
+
+    def restart_webhook(self, extra_args: tuple[str, ...] | list[str] = ()) -> None:
+        self.stop_webhook()
+        self.start_webhook(extra_args)
 
     def start_extender(self, config: Path | None = None) -> None:
         """`gpuqueue extender` (controller and extender verbs), with the session's Configuration
