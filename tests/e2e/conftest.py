@@ -42,10 +42,11 @@ def _case(request, e2e_run):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and "e2e" in item.fixturenames:
-        cluster = item.funcargs.get("e2e")
-        if cluster is not None:
-            cluster.failed = True   # keep the run's folder: the failure names it
+    if report.failed:
+        from tests.e2e.harness import Cluster
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, Cluster):
+                value.failed = True   # keep the run's folder: the failure names it
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,9 @@ class Cluster:
         self._deleting: list[str] = []
 
     # ---------- lifecycle ----------
-    def start(self) -> "Cluster":
+    def start(self, before_install=None) -> "Cluster":
+        """`before_install(cluster)`: called once the control plane is up, before gpuqueue is
+        installed (a case that starts from a cluster another queueing system ran)."""
         t0 = time.monotonic()
         subprocess.run([self.gpuqueue, "certs", "generate", "--out", str(self.certs), "--ip", "127.0.0.1",
                         "--dns", "localhost"], check=True, capture_output=True, timeout=60)
@@ -99,6 +101,8 @@ class Cluster:
         self.api = self.c.api
         self.version = self.c.k8s_version()
         self.timings["control plane"] = time.monotonic() - t0
+        if before_install is not None:
+            before_install(self)
         self._install()
         self.config_path = self.dir / "config.yaml"
         self.config_path.write_text(yaml.safe_load(CONFIGURATION.read_text())["data"]["config.yaml"])
