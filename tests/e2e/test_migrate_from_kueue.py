@@ -91,6 +91,13 @@ def under_kueue(cluster) -> None:
     cluster.kubectl("delete", "mutatingwebhookconfiguration", K.WEBHOOK_CONFIGURATIONS[0])
     cluster.kubectl("delete", "validatingwebhookconfiguration", K.WEBHOOK_CONFIGURATIONS[1])
     cluster.kubectl("delete", "apiservice", *K.APISERVICES)
+    for kind in ("clusterqueues", "resourceflavors", "topologies"):
+        for obj in cluster.kubectl("get", kind, "-o", "name").stdout.split():
+            cluster.kubectl("patch", obj, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    # no TAS workload admitted (the guide's check prints none)
+    tas = cluster.kubectl("get", "workloads", "-A", "-o", "jsonpath={range .items[?(@.status.admission.podSetAssignments[0]"
+                          ".topologyAssignment)]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")
+    assert tas.stdout.strip() == "", tas.stdout
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +138,8 @@ def test_admitted_keep_running_pending_keep_their_order_and_finalizers_go_as_kue
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1beta2"], crd["spec"]["versions"]
     assert (crd["spec"].get("conversion") or {}).get("strategy", "None") == "None", crd["spec"].get("conversion")
     assert crd["status"]["storedVersions"] == ["v1beta2"]
+    cq = c.get(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{CQ}")
+    assert not cq["metadata"].get("finalizers"), cq["metadata"]
 
     c.wait_for("ClusterQueue status: Kueue's two admitted Workloads reserve the 4 GPUs, three wait", lambda: (
         lambda st: st.get("reservingWorkloads") == 2 and st.get("pendingWorkloads") == 3)(
