@@ -54,21 +54,6 @@ def e2e():
     why = missing()
     if why:
         pytest.skip(why)
-    from tests.e2e.harness import Cluster
-    def log(msg: str) -> None:
-        if not msg.startswith("realcluster: kept"):   # the harness keeps its folder only to copy the logs
-            print(msg, flush=True)
-    cluster = Cluster(log=log)
-    try:
-        cluster.start()
-    except Exception as e:
-        cluster.failed = True
-        cluster.stop()
-        raise RuntimeError(f"the end-to-end control plane did not come up (logs of every process: "
-                           f"{cluster.dir}/logs): {e}") from e
-    except BaseException:
-        cluster.failed = True
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    from tests.e2e.harness import started
+    with started() as cluster:
+        yield cluster

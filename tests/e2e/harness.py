@@ -21,6 +21,7 @@ of every process, kubeconfigs) is named in every failure message and kept when a
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import importlib.util
 import json
@@ -63,6 +64,31 @@ def documents(path: Path | str) -> list[dict]:
 
 class E2EFailure(AssertionError):
     pass
+
+
+@contextlib.contextmanager
+def started(before_install=None):
+    """A Cluster up (Cluster.start's `before_install`), stopped when done; a failure to come up
+    names the run's folder, kept with every process's log."""
+    def log(msg: str) -> None:
+        if not msg.startswith("realcluster: kept"):   # the harness keeps its folder only to copy the logs
+            print(msg, flush=True)
+    cluster = Cluster(log=log)
+    try:
+        cluster.start(before_install=before_install)
+    except Exception as e:
+        cluster.failed = True
+        cluster.stop()
+        raise RuntimeError(f"the end-to-end control plane did not come up (logs of every process: "
+                           f"{cluster.dir}/logs): {e}") from e
+    except BaseException:
+        cluster.failed = True
+        cluster.stop()
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 class Cluster:

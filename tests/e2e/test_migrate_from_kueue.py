@@ -30,7 +30,7 @@ import yaml  # noqa: E402
 from tests import kueue_objects as KO  # noqa: E402
 from tests.e2e import cases as C  # noqa: E402
 from tests.e2e import kueue_v018 as K  # noqa: E402
-from tests.e2e.harness import is_true  # noqa: E402
+from tests.e2e.harness import is_true, started  # noqa: E402
 
 NS = "e2e-mig"
 CQ = "e2e-mig"
@@ -101,22 +101,10 @@ def under_kueue(cluster) -> None:
 
 
 @pytest.fixture(scope="module")
-def migrated():
-    from tests.e2e.harness import Cluster
-    cluster = Cluster(log=lambda msg: print(msg, flush=True))
-    try:
-        cluster.start(before_install=under_kueue)
-    except BaseException:
-        cluster.failed = True
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def c(migrated):
-    return migrated
+def c():
+    """This module's control plane: Kueue's first (under_kueue), then gpuqueue."""
+    with started(before_install=under_kueue) as cluster:
+        yield cluster
 
 
 def wl_of(cluster, name: str) -> dict:
