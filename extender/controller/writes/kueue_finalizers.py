@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+from gpuqueue.api.kueue import RESOURCE_IN_USE_FINALIZER as FINALIZER
 from gpuqueue.extender.controller.client import kinds as K
 from gpuqueue.extender.controller.client.kubeapi import KubeApi, is_status
 from gpuqueue.extender.controller.core import workload as W
 from gpuqueue.extender.controller.writes.records import read_modify_write
 from gpuqueue.extender.controller.writes.writes import Writes
 from gpuqueue.kube import Informer, object_key
-
-FINALIZER = "kueue.x-k8s.io/resource-in-use"
 
 
 def may_go(wl: dict) -> bool:
