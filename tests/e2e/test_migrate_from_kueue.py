@@ -16,7 +16,9 @@ install it.
 - The way back: gpuqueue stopped and its webhook configurations removed, Kueue's CRDs applied
   again: each Job has exactly one Workload, owned and labelled as Kueue finds it, an admitted one
   with Kueue's `status.admission` and its Job's containers (Kueue's equivalence check); what
-  gpuqueue wrote that Kueue does not read is the one annotation docs/migrate-from-kueue.md names."""
+  gpuqueue wrote that Kueue does not read is the one annotation docs/migrate-from-kueue.md names.
+- gpuqueue's CRDs over Kueue's installed by Helm (a conflict, then the guide's commands) and over
+  CRDs still storing v1beta1 (refused, then the guide's patch)."""
 
 from tests.e2e.env import require
 
@@ -228,3 +230,41 @@ def test_the_way_back_leaves_objects_kueue_adopts(c):
     assert found <= GPUQUEUE_ONLY, found
     for name in ("wait-e", "new-f"):
         assert admitted(c, name) and not c.job(NS, name)["spec"]["suspend"]
+
+
+def test_gpuqueues_crds_over_kueues_installed_by_helm_or_still_storing_v1beta1(c):
+    """The guide's step 0 and 2 for the other installs, on Kueue's CRDs (applied again above):
+    owned by Helm's field manager, gpuqueue's apply conflicts, `--force-conflicts` takes the
+    versions but leaves the conversion webhook, which the guide's patch removes; with `v1beta1`
+    among the stored versions the API server refuses gpuqueue's CRDs until the guide's patch."""
+    from manifests.tools import render
+    ours = c.dir / "gpuqueue-crds.yaml"
+    ours.write_text(yaml.safe_dump_all([o for o in render.build() if o["kind"] == "CustomResourceDefinition"]))
+    kueue = str(c.dir / "kueue" / "crds.yaml")
+    c.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", kueue)
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io"
+
+    refused = c.kubectl("apply", "--server-side", "-f", str(ours), check=False)
+    assert refused.returncode != 0 and 'conflicts with "helm"' in refused.stderr and ".spec.versions" in refused.stderr, \
+        refused.stderr
+    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ours))
+    crd = c.get(path)
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1beta2"]
+    assert crd["spec"]["conversion"]["strategy"] == "Webhook"   # still Helm's
+    for name in ("workloads", "clusterqueues", "localqueues", "cohorts"):
+        c.kubectl("patch", "crd", f"{name}.kueue.x-k8s.io", "--type=json", "-p",
+                  '[{"op":"replace","path":"/spec/conversion","value":{"strategy":"None"}}]')
+    assert c.get(path)["spec"]["conversion"] == {"strategy": "None"}
+    assert {w["metadata"]["name"] for w in c.workloads(NS)} >= {KO.wl_name(j) for n, j in Before.jobs.items() if n != "run-a"}
+
+    # a cluster that ran Kueue before v0.16: v1beta1 among the stored versions
+    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", kueue)
+    c.kubectl("patch", "crd", "workloads.kueue.x-k8s.io", "--subresource=status", "--type=merge",
+              "-p", '{"status":{"storedVersions":["v1beta1","v1beta2"]}}')
+    refused = c.kubectl("apply", "--server-side", "-f", str(ours), check=False)
+    assert refused.returncode != 0 and 'status.storedVersions[0]: Invalid value: "v1beta1"' in refused.stderr, \
+        refused.stderr
+    c.kubectl("patch", "crd", "workloads.kueue.x-k8s.io", "--subresource=status", "--type=merge",
+              "-p", '{"status":{"storedVersions":["v1beta2"]}}')
+    c.kubectl("apply", "--server-side", "-f", str(ours))
+    assert [v["name"] for v in c.get(path)["spec"]["versions"]] == ["v1beta2"]
