@@ -117,9 +117,9 @@ class KueueWrites:
     def __init__(self, cluster) -> None:
         self.cluster, self.api = cluster, cluster.api
 
-    def job(self, ns: str, name: str, queue: str, gpus: int) -> dict:
+    def job(self, ns: str, name: str, queue: str, gpus: int, completions: int | None = None) -> dict:
         """A Job as Kueue's webhook leaves it (suspended), and its Workload as Kueue makes it."""
-        job = C.job(ns, name, gpus=gpus, queue=queue)
+        job = C.job(ns, name, gpus=gpus, queue=queue, completions=completions)
         job["spec"]["suspend"] = True
         job = self.api.post(f"/apis/batch/v1/namespaces/{ns}/jobs", job)
         self.api.post(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads", KO.workload(job))

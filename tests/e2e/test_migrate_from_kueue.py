@@ -6,7 +6,8 @@ install it.
 
 - Two Jobs Kueue admitted keep running: not suspended, their pods not deleted, their Workloads
   (Kueue's names) kept, no second Workload made; they count against the ClusterQueue's quota, so
-  a new Job that would exceed it waits.
+  a new Job that would exceed it waits; the second pod of one of them (two completions) is bound
+  through gpuqueue's extender.
 - A high-priority Job preempts the one Kueue admitted last, as Kueue would: it is suspended and
   its pod template put back as its Workload recorded it (Kueue's flavor nodeSelector taken off).
 - The pending Workloads keep Kueue's order (one, created first, was preempted and requeued after
@@ -75,7 +76,7 @@ def under_kueue(cluster) -> None:
     jobs = {REQUEUED: kueue.job(NS, REQUEUED, QUEUE, 2)}
     for name in (*ADMITTED, *PENDING):
         time.sleep(1.1)   # creation timestamps have one-second resolution: the order is theirs
-        jobs[name] = kueue.job(NS, name, QUEUE, 2)
+        jobs[name] = kueue.job(NS, name, QUEUE, 2, completions=2 if name == "run-a" else None)
     for name, at in zip(ADMITTED, (KO.now(-60), KO.now(-30))):
         kueue.admit(jobs[name], CQ, CQ, POOL, 2, at=at)
         Before.pods[name] = {p["metadata"]["uid"] for p in kueue.run_pods(NS, name, NODE)}
@@ -166,12 +167,20 @@ def test_admitted_keep_running_pending_keep_their_order_and_finalizers_go_as_kue
     assert not c.job(NS, "run-a")["spec"].get("suspend")
     assert {p["metadata"]["uid"] for p in c.job_pods(NS, "run-a")} == Before.pods["run-a"]
 
+    # run-a (two completions, one pod at a time) makes its second pod: kube-scheduler binds it
+    # through gpuqueue's extender, on Kueue's admission
+    assert c.kubelet.finish(NS, "job-name=run-a") == 1
+    second = c.wait_for("run-a's second pod bound", lambda: [p for p in c.job_pods(NS, "run-a") if p["spec"].get(
+        "nodeName") and p["metadata"]["uid"] not in Before.pods["run-a"] and p["status"].get("phase") != "Succeeded"],
+        timeout=30)
+    assert second[0]["spec"]["nodeName"] == NODE and not admitted(c, "wait-c")
+
     # Jobs finish one at a time: the waiting ones are admitted in Kueue's order
     steps = (("run-a", "wait-c"), ("urgent-h", "wait-d"), ("wait-c", "wait-e"), ("wait-d", "new-f"))
     for i, (done, nxt) in enumerate(steps):
         c.wait_for(f"{done}'s pod bound", lambda done=done: [p for p in c.job_pods(NS, done) if p["spec"].get("nodeName")],
                    timeout=30)
-        assert c.kubelet.finish(NS, f"job-name={done}") == 1
+        c.kubelet.finish(NS, f"job-name={done}")
         c.wait_for(f"{nxt} admitted once {done} finished", lambda nxt=nxt: admitted(c, nxt), timeout=30,
                    show=lambda: conditions(c))
         for later, _ in ((n, None) for _, n in steps[i + 1:]):
