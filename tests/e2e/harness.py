@@ -189,7 +189,15 @@ class Cluster:
         jobset = jobset_crd()
         if jobset:
             self.kubectl("apply", "--server-side", "-f", str(jobset))
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        self.wait_established()
+
+    def wait_established(self, timeout: float = 60) -> None:
+        """Every CRD Established (`kubectl wait --for=condition=Established crd --all` fails on a CRD
+        the server has not given conditions yet)."""
+        def pending():
+            return [c["metadata"]["name"] for c in self.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+                    if not is_true(c, "Established")]
+        self.wait_for("every CRD Established", lambda: not pending(), timeout=timeout, show=pending)
 
     def _webhook_configurations(self) -> Path:
         from manifests.tools import render

@@ -62,9 +62,7 @@ def under_kueue(cluster) -> None:
     files.mkdir()
     (files / "crds.yaml").write_text(yaml.safe_dump_all(K.crds()))
     cluster.kubectl("apply", "--server-side", "-f", str(files / "crds.yaml"))
-    for crd in K.crds():
-        cluster.wait_for(f"{crd['metadata']['name']} established", lambda crd=crd: is_true(cluster.get(
-            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"), "Established"))
+    cluster.wait_established()
     cluster.apply(K.controller(), server_side=True)
     cluster.namespace(NS)
     cluster.node(NODE, 4, POOL)
