@@ -9,7 +9,8 @@ install it.
   a new Job that would exceed it waits; the second pod of one of them (two completions) is bound
   through gpuqueue's extender.
 - A high-priority Job preempts the one Kueue admitted last, as Kueue would: it is suspended and
-  its pod template put back as its Workload recorded it (Kueue's flavor nodeSelector taken off).
+  its pod template put back as its Workload recorded it (Kueue's flavor nodeSelector taken off;
+  1.24 refuses any change to a started Job's template, as it would refuse Kueue's).
 - The pending Workloads keep Kueue's order (one, created first, was preempted and requeued after
   the others were created: it comes after them) and are admitted one by one as Jobs finish.
 - Kueue's finalizer `kueue.x-k8s.io/resource-in-use` comes off a Workload once it is finished,
