@@ -43,6 +43,7 @@ from gpuqueue.extender.controller.kinds.lws_groups import LWS_KIND, LwsGroupKind
 from gpuqueue.extender.controller.kinds.pod_groups import PodGroupKind, with_groups
 from gpuqueue.extender.controller.podsready.pods_ready_tracker import PodsReadyTracker
 from gpuqueue.extender.controller.reconcilers.unqueued_events import UnqueuedEvents
+from gpuqueue.extender.controller.writes.kueue_finalizers import KueueFinalizers
 from gpuqueue.extender.controller.writes.records import WorkloadRecords
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.extender.controller.writes.writes import Writes
@@ -130,11 +131,13 @@ class Controller:
                                           self.mark_dirty, self.following.priority_class_changed)
         self.rebuild = RebuildFromApi(self, self.informers, self.quota_objects, self.job_reconciler,
                                       self.workload_reconciler, self.workload_writes, self.following,
-                                      self.departures)
+                                      self.departures, self.job_steering)
         self.unqueued_events = UnqueuedEvents(
             self.informers, [(k.kind.name, k.integration) for k in self.kinds if not isinstance(k, PodGroupKind)],
             self.queue_view, o.managed_jobs, o.enforcement, lambda: {k.integration.framework for k in self.kinds},
             self.events)
+        self.kueue_finalizers = KueueFinalizers(self.kube, self.informers["workloads"], self.writes,
+                                                lambda: self.leader and self.recovered)
         self.default_queue_labels = DefaultQueueLabels(self.kube, self.informers, o.managed_jobs,
                                                        o.enforcement.exempt_namespaces,
                                                        lambda: self.leader and self.recovered)
@@ -265,6 +268,7 @@ class Controller:
             self.recovered = True
             self.mark_dirty()
             self.default_queue_labels.poke()
+            self.kueue_finalizers.sweep()
             log.info("leading: engine rebuilt with %d admitted and %d pending workloads",
                      len(self.engine.state.admitted), len(self.engine.pending))
 

@@ -16,6 +16,8 @@ KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# What Kueue puts on the Workloads it makes (and on quota objects): off once it is done with them.
+RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 
 
 def _renamed(data: Any, older_names: dict[str, str]) -> Any:

@@ -181,6 +181,11 @@ class Integration:
     def restore(self, obj: Mapping[str, Any]) -> dict | None:
         raise NotImplementedError
 
+    def adopted(self, obj: Mapping[str, Any], workload_pod_sets: Sequence[Mapping[str, Any]]) -> dict | None:
+        """An object another controller (Kueue) started, with what ``restore`` needs to stop it
+        as that one would (None: nothing to add)."""
+        return None
+
     # -- how it is doing --------------------------------------------------------------------------
     def finished(self, obj: Mapping[str, Any]) -> Finished | None:
         raise NotImplementedError
@@ -254,6 +259,20 @@ class TemplatedJob(Integration):
         if isinstance(annotations, dict):
             annotations.pop(self.original_annotation(), None)
         return None if out == obj else out
+
+    def adopted(self, obj: Mapping[str, Any], workload_pod_sets: Sequence[Mapping[str, Any]]) -> dict | None:
+        """Kueue started it, so no record of its own scheduling fields is on it: they are recorded
+        from its Workload's pod sets, which Kueue puts back when it stops a Job (podset's
+        RestorePodSpec). None when a record is there or the Workload lacks one of its pod sets."""
+        if self.originals(obj) is not None:
+            return None
+        templates = {ps.get("name"): ps.get("template") for ps in workload_pod_sets}
+        slots = self.slots(obj)
+        if not all(isinstance(templates.get(slot.name), Mapping) for slot in slots):
+            return None
+        out = json_copy(obj)
+        self.record_originals(out, {slot.name: scheduling(templates[slot.name]) for slot in slots})
+        return out
 
     def own_pod_sets(self, obj: Mapping[str, Any], lookup: Lookup | None = None) -> list[PodSet]:
         """Its pod sets with the templates' own scheduling fields (an admission's flavor taken

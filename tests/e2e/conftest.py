@@ -42,10 +42,11 @@ def _case(request, e2e_run):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and "e2e" in item.fixturenames:
-        cluster = item.funcargs.get("e2e")
-        if cluster is not None:
-            cluster.failed = True   # keep the run's folder: the failure names it
+    if report.failed:
+        from tests.e2e.harness import Cluster
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, Cluster):
+                value.failed = True   # keep the run's folder: the failure names it
 
 
 @pytest.fixture(scope="session")
@@ -53,21 +54,6 @@ def e2e():
     why = missing()
     if why:
         pytest.skip(why)
-    from tests.e2e.harness import Cluster
-    def log(msg: str) -> None:
-        if not msg.startswith("realcluster: kept"):   # the harness keeps its folder only to copy the logs
-            print(msg, flush=True)
-    cluster = Cluster(log=log)
-    try:
-        cluster.start()
-    except Exception as e:
-        cluster.failed = True
-        cluster.stop()
-        raise RuntimeError(f"the end-to-end control plane did not come up (logs of every process: "
-                           f"{cluster.dir}/logs): {e}") from e
-    except BaseException:
-        cluster.failed = True
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    from tests.e2e.harness import started
+    with started() as cluster:
+        yield cluster

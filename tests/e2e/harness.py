@@ -23,6 +23,7 @@ of every process, kubeconfigs) is named in every failure message and kept when a
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import json
 import os
@@ -63,6 +64,31 @@ class E2EFailure(AssertionError):
     pass
 
 
+@contextlib.contextmanager
+def started(before_install=None):
+    """A Cluster up (Cluster.start's `before_install`), stopped when done; a failure to come up
+    names the run's folder, kept with every process's log."""
+    def log(msg: str) -> None:
+        if not msg.startswith("realcluster: kept"):   # the harness keeps its folder only to copy the logs
+            print(msg, flush=True)
+    cluster = Cluster(log=log)
+    try:
+        cluster.start(before_install=before_install)
+    except Exception as e:
+        cluster.failed = True
+        cluster.stop()
+        raise RuntimeError(f"the end-to-end control plane did not come up (logs of every process: "
+                           f"{cluster.dir}/logs): {e}") from e
+    except BaseException:
+        cluster.failed = True
+        cluster.stop()
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 class Cluster:
     """The session's control plane and gpuqueue; see the module's docstring."""
 
@@ -85,7 +111,9 @@ class Cluster:
         self._deleting: list[str] = []
 
     # ---------- lifecycle ----------
-    def start(self) -> "Cluster":
+    def start(self, before_install=None) -> "Cluster":
+        """`before_install(cluster)`: called once the control plane is up, before gpuqueue is
+        installed (a case that starts from a cluster another queueing system ran)."""
         t0 = time.monotonic()
         subprocess.run([self.gpuqueue, "certs", "generate", "--out", str(self.certs), "--ip", "127.0.0.1",
                         "--dns", "localhost"], check=True, capture_output=True, timeout=60)
@@ -99,6 +127,8 @@ class Cluster:
         self.version = self.c.k8s_version()
         self.timings["control plane"] = time.monotonic() - t0
         self.objects = self.render()
+        if before_install is not None:
+            before_install(self)
         self._install()
         self.config_path = self.dir / "config.yaml"
         (config,) = [o for o in self.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpuqueue-config"]
@@ -173,12 +203,15 @@ class Cluster:
         jobset = jobset_crd()
         if jobset:
             self.kubectl("apply", "--server-side", "-f", str(jobset))
-        # polled here: `kubectl wait` gives up on a CRD created so recently that it has no
-        # status.conditions yet (seen on 1.24 with kubectl 1.35)
-        for crd in self.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions"):
-            name = crd["metadata"]["name"]
-            self.wait_for(f"CRD {name} Established", lambda name=name: is_true(
-                self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), "Established"), timeout=60)
+        self.wait_established()
+
+    def wait_established(self, timeout: float = 60) -> None:
+        """Every CRD Established (`kubectl wait --for=condition=Established crd --all` fails on a CRD
+        the server has not given conditions yet)."""
+        def pending():
+            return [c["metadata"]["name"] for c in self.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+                    if not is_true(c, "Established")]
+        self.wait_for("every CRD Established", lambda: not pending(), timeout=timeout, show=pending)
 
     def _webhook_configurations(self) -> Path:
         p = self.dir / "webhookconfigurations.yaml"

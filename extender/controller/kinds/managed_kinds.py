@@ -160,6 +160,9 @@ class ManagedKind:
     def restore(self, obj: dict) -> dict | None:
         return self.integration.restore(obj)
 
+    def adopted(self, obj: dict, workload: dict) -> dict | None:
+        return self.integration.adopted(obj, (workload.get("spec") or {}).get("podSets") or ())
+
     def suspended(self, obj: dict) -> bool:
         return self.integration.is_suspended(obj)
 

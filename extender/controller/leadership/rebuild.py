@@ -19,6 +19,7 @@ from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconcile
 from gpuqueue.extender.controller.core.job_state import JobState, Scheduling
 from gpuqueue.extender.controller.queues.quota_objects import QuotaObjects
 from gpuqueue.extender.controller.reconcilers.workload_events import WorkloadReconciler
+from gpuqueue.extender.controller.writes.jobs import JobSteering
 from gpuqueue.extender.controller.writes.workload_writes import WorkloadWrites
 from gpuqueue.kube import Informer, object_key
 from gpuqueue.extender.quota.engine import QuotaEngine
@@ -30,7 +31,8 @@ log = logging.getLogger("gpuqueue.controller")
 class RebuildFromApi:
     def __init__(self, sched: Scheduling, informers: dict[str, Informer], quota_objects: QuotaObjects,
                  job_reconciler: JobReconciler, workload_reconciler: WorkloadReconciler,
-                 workload_writes: WorkloadWrites, following: Following, departures: Departures) -> None:
+                 workload_writes: WorkloadWrites, following: Following, departures: Departures,
+                 job_steering: JobSteering) -> None:
         self.sched = sched
         self.informers = informers
         self.quota_objects = quota_objects
@@ -39,6 +41,7 @@ class RebuildFromApi:
         self.workload_writes = workload_writes
         self.following = following
         self.departures = departures
+        self.job_steering = job_steering
 
     def run(self, engine: QuotaEngine) -> None:
         """Fill a fresh engine (already the term's: the writers read it) from what the API holds:
@@ -118,6 +121,8 @@ class RebuildFromApi:
         engine.restore_admitted(spec, adm, reserved_at)
         st.phase = "admitted"
         st.maybe_reserved = True
+        if not st.kind.suspended(job) and st.kind.adopted(job, wl) is not None:
+            self.job_steering.adopt(st, wl)  # started by Kueue: what a preemption puts back
         if W.is_true(wl, "Evicted"):
             # the last leader died half-way through an eviction: finish it (it is queued again with
             # the Job as it is now, and its Workload told so once the reservation is cleared)

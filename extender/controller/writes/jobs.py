@@ -412,6 +412,14 @@ class JobSteering:
             return False
         return self.pods_gone(st.uid)
 
+    def adopt(self, st: JobState, wl: dict) -> None:
+        """A Job admitted and started before gpuqueue led (by Kueue): what stopping it puts back is
+        recorded on it first (ManagedKind.adopted); nothing else of it changes."""
+        async def write():
+            await self._update(st, lambda job: st.kind.adopted(job, wl))
+
+        self.writes.chain(st.key, write)
+
     async def restore(self, st: JobState) -> None:
         """The Job's own pod template back (its scheduling fields as they were before admission)."""
         try:
