@@ -36,6 +36,7 @@ import bench_env  # noqa: F401  (the repository on sys.path, or one line saying 
 from tests.e2e import cases as C  # noqa: E402
 from tests.e2e.env import missing  # noqa: E402
 from tests.e2e.harness import GH200, Cluster, is_true  # noqa: E402
+from webhook_cost_real import failed_webhook_calls  # noqa: E402
 
 GPUS_PER_NODE = 8
 QUEUE = "tput"
@@ -56,9 +57,11 @@ def rate(times: list[float]) -> float:
     return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else float("inf")
 
 
-def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> float:
-    """One Job's pods bound; the rate (see the module's docstring)."""
+def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tuple[float, float]:
+    """One Job's pods bound: the rate (see the module's docstring), and the webhook calls that
+    failed meanwhile (kube-apiserver's calling_webhook_error)."""
     c = e2e.c
+    failed_before = failed_webhook_calls(e2e)
     e2e.namespace(name)
     if extender:
         e2e.apply(C.local_queue(name, QUEUE, QUEUE))
@@ -80,7 +83,7 @@ def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> floa
         return len(uids) >= pods and all(u in e2e.kubelet.bound_at for u in uids)
 
     e2e.wait_for(f"{pods} pods bound", all_bound, timeout=600, poll=1.0)
-    return rate([e2e.kubelet.bound_at[u] for u in uids])
+    return rate([e2e.kubelet.bound_at[u] for u in uids]), failed_webhook_calls(e2e) - failed_before
 
 
 def clean(e2e: Cluster, name: str) -> None:
@@ -103,6 +106,7 @@ def main() -> None:
     e2e = Cluster(log=lambda msg: print(msg, flush=True), scheduler_client={"qps": 1000, "burst": 1000},
                   controller_manager_args=["--kube-api-qps=500", "--kube-api-burst=500"])
     results: dict[tuple[str, bool], list[float]] = {}
+    failures: list[float] = []
     try:
         e2e.start()
         e2e.kubelet.passive = True
@@ -114,14 +118,17 @@ def main() -> None:
                 order = (True, False) if run % 2 == 0 else (False, True)
                 for extender in order:
                     name = f"tput-{mode}-{'with' if extender else 'without'}-{run}"
-                    got = phase(e2e, name, extender, mode, args.pods)
+                    got, failed = phase(e2e, name, extender, mode, args.pods)
                     results.setdefault((mode, extender), []).append(got)
-                    print(f"run {run + 1} {mode:7} {'with' if extender else 'without':7} {got:7.1f} pods/s", flush=True)
+                    failures.append(failed)
+                    print(f"run {run + 1} {mode:7} {'with' if extender else 'without':7} {got:7.1f} pods/s, "
+                          f"{failed:.0f} webhook calls failed", flush=True)
                     clean(e2e, name)
     finally:
         e2e.stop()
     print(f"\nKubernetes v{'.'.join(map(str, e2e.version))}, {args.nodes} nodes, {args.pods} pods, "
           f"median of {args.runs} alternating runs (real control plane):")
+    print(f"  webhook calls failed (calling_webhook_error), all phases: {sum(failures):.0f}")
     for mode in modes:
         w, wo = results.get((mode, True), []), results.get((mode, False), [])
         if w and wo:

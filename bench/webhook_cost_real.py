@@ -123,6 +123,12 @@ def series(text: str, metric: str, **match: str) -> dict[str, float]:
     return out
 
 
+def failed_webhook_calls(e2e: Cluster) -> float:
+    """kube-apiserver's count of webhook calls that failed (no answer, refused, reset, timed out)."""
+    return sum(series(scrape(e2e), "apiserver_admission_webhook_rejection_count",
+                      error_type="calling_webhook_error").values())
+
+
 def quantile(before: dict[str, float], after: dict[str, float], q: float) -> float:
     """The q-quantile of the observations between two scrapes of a histogram, interpolated in its bucket."""
     buckets = sorted(((float(le), after[le] - before.get(le, 0.0)) for le in after if le not in ("", "+Inf")))
@@ -153,7 +159,7 @@ def phase(e2e: Cluster, name: str, pods: int, rate: float, gpu: bool) -> dict:
     valid_b, valid_a = (series(t, hist, name=WEBHOOK, type="validating") for t in (before, after))
     err = "apiserver_admission_webhook_rejection_count"
     errors = sum(series(after, err, error_type="calling_webhook_error").values()) - \
-        sum(series(before, err, error_type="calling_webhook_error").values())
+        sum(series(before, err, error_type="calling_webhook_error").values())  # the phase's, from its two scrapes
     calls = (admit_a.get("+Inf", 0.0) - admit_b.get("+Inf", 0.0)) + (valid_a.get("+Inf", 0.0) - valid_b.get("+Inf", 0.0))
     return {"rate": pods / wall, "calls": calls / pods, "cpu_ms": (cpu1 - cpu0) / pods * 1000,
             "admit_p50": quantile(admit_b, admit_a, 0.5) * 1000, "admit_p99": quantile(admit_b, admit_a, 0.99) * 1000,
