@@ -107,12 +107,16 @@ async def test_told_to_stop_it_answers_through_the_shutdown_delay_then_closes(tm
     await eventually(lambda: "webhook serving on" in caplog.text)
     base = f"https://127.0.0.1:{int(caplog.text.split('webhook serving on https://127.0.0.1:')[1].split()[0])}"
     doc = load_review("mutating-review-request.job-create.with-queue-name-label.json")
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(cert_dir), force_close=True)) as s:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context(cert_dir))) as s:
+        async with s.post(f"{base}/mutate-batch-v1-job", data=wire(doc)) as r:  # a kept-alive connection
+            assert r.status == 200 and "close" not in r.headers.get("Connection", "").lower()
         stopped_at = asyncio.get_running_loop().time()
         stop.set()
         await asyncio.sleep(0.5)
-        async with s.post(f"{base}/mutate-batch-v1-job", data=wire(doc)) as r:  # a new connection, mid-delay
-            assert r.status == 200 and (await r.json())["response"]["allowed"] is True
+        for _ in range(2):  # the kept-alive connection's last call, then a new connection's, mid-delay
+            async with s.post(f"{base}/mutate-batch-v1-job", data=wire(doc)) as r:
+                assert r.status == 200 and (await r.json())["response"]["allowed"] is True
+                assert r.headers.get("Connection", "").lower() == "close"  # not to be used again
         assert not task.done()
         await task
         assert asyncio.get_running_loop().time() - stopped_at >= 1.0

@@ -323,40 +323,56 @@ class AdmissionHandlers:
 class RunningServer:
     runner: web.AppRunner
     listener: GuardedListener
+    draining: list[bool]  # one flag, read by the request_phases middleware
 
     @property
     def port(self) -> int:
         return self.listener.port
+
+    def drain(self) -> None:
+        """Answer each request from now on with `Connection: close`: every kept-alive connection
+        carries one more call at most, and the client's next one opens a connection the Service
+        routes to a replica that stays. Closing them instead could race a call being sent, which
+        kube-apiserver does not send again (a POST)."""
+        self.draining[0] = True
 
     async def close(self) -> None:
         await self.listener.close()
         await self.runner.cleanup()
 
 
-@web.middleware
-async def request_phases(request: web.Request, handler):
-    """Tell the connection's guard when a request's headers are in and when its answer is out."""
-    guard = guarded_connection(request.transport)
-    if guard is not None:
-        guard.request_started()
-    try:
-        return await handler(request)
-    finally:
+def request_phases(draining: list[bool]):
+    """A middleware that tells the connection's guard when a request's headers are in and when its
+    answer is out, and while ``draining[0]`` (RunningServer.drain) closes the connection after the answer."""
+    @web.middleware
+    async def phases(request: web.Request, handler):
+        guard = guarded_connection(request.transport)
         if guard is not None:
-            guard.request_finished()
+            guard.request_started()
+        try:
+            response = await handler(request)
+            if draining[0]:
+                response.force_close()
+            return response
+        finally:
+            if guard is not None:
+                guard.request_finished()
+
+    return phases
 
 
 async def start_server(app: web.Application, host: str, port: int, ssl_context,
                        limits: ConnectionLimits = ConnectionLimits()) -> RunningServer:
     """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``)."""
-    app.middlewares.append(request_phases)
+    draining = [False]
+    app.middlewares.append(request_phases(draining))
     # The listener closes idle connections first (aborting them); aiohttp's own keep-alive timer
     # would close them gracefully, waiting on the client's close_notify.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout + 5)
     await runner.setup()
     listener = GuardedListener(runner.server, ssl_context, limits)
     await listener.listen(host, port)
-    return RunningServer(runner, listener)
+    return RunningServer(runner, listener, draining)
 
 
 def settle_heap() -> None:

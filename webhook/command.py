@@ -155,7 +155,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         await (stop.wait() if stop else asyncio.Event().wait())
         # kube-apiserver learns that this replica is going from the Service's endpoints, a moment
         # after the SIGTERM: calls still routed here are answered meanwhile, not refused.
-        log.info("stopping: answering for %.1f s more", args.shutdown_delay_seconds)
+        log.info("stopping: answering for %.1f s more, closing each connection after its answer",
+                 args.shutdown_delay_seconds)
+        server.drain()
         await asyncio.sleep(args.shutdown_delay_seconds)
     finally:
         for t in tasks:
