@@ -211,6 +211,19 @@ def settled(ha, ns: str, n_jobs: int):
     return wls
 
 
+def unsettled(ha, ns: str, n_jobs: int) -> str:
+    """What settled() waits for, named."""
+    wls = ha.workloads(ns)
+    bound = {p["metadata"]["labels"].get("job-name") for p in ha.pods(ns) if p["spec"].get("nodeName")}
+    unbound = [job_name(w) for w in wls if is_true(w, "QuotaReserved") and job_name(w) not in bound]
+    silent = [job_name(w) for w in wls if not is_true(w, "QuotaReserved")
+              and not condition(w, "QuotaReserved").get("message")]
+    pods = {p["metadata"]["labels"].get("job-name"): (p.get("status") or {}).get("conditions")
+            for p in ha.pods(ns) if p["metadata"]["labels"].get("job-name") in unbound}
+    return (f"{len(wls)} Workloads of {n_jobs} Jobs; admitted without a bound pod: {unbound} (their pods: {pods}); "
+            f"pending without a message: {silent[:10]}")
+
+
 def p99(values: list[float]) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(0.99 * len(values)))]
@@ -257,7 +270,7 @@ def test_the_leader_killed_during_a_burst_of_200_jobs(ha, round_):
     victim.stop()
     try:
         wls = ha.wait_for("every Job admitted and bound, or pending with a message",
-                          lambda: settled(ha, ns, n), timeout=120)
+                          lambda: settled(ha, ns, n), timeout=120, show=lambda: unsettled(ha, ns, n))
         adm, bnd = admissions(ha, ns), bindings(ha, ns)
         t_lead = next(t for t, _, lease in list(ha.recorders["lease"].events)
                       if t > t_kill and (lease.get("spec") or {}).get("holderIdentity") not in ("", holder))
