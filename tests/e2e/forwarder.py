@@ -4,13 +4,16 @@ replica). A backend that refuses the connection is skipped for that connection, 
 drops an endpoint whose pod is gone (here at once; a real one after its readiness probe fails).
 
 `connections[i]` counts the connections given to backend i, `refused[i]` those it refused;
-`stall(i)` stops passing data from backend i to its clients (a stalled path, the connections
-kept open) until `resume(i)`."""
+`exchanges[i]` holds, for each time a client sent data and then backend i answered, the seconds in
+between (for a client that sends one request at a time, as kube-scheduler calls its extender: each
+call's time at that replica, TLS included); `stall(i)` stops passing data from backend i to its
+clients (a stalled path, the connections kept open) until `resume(i)`."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class Forwarder:
@@ -18,6 +21,7 @@ class Forwarder:
         self.backends = list(backends)
         self.connections = [0] * len(self.backends)
         self.refused = [0] * len(self.backends)
+        self.exchanges: list[list[float]] = [[] for _ in self.backends]
         self._stalled = [threading.Event() for _ in self.backends]
         self._lock = threading.Lock()
         self._next = 0
@@ -73,17 +77,26 @@ class Forwarder:
             with self._lock:
                 self.connections[i] += 1
                 self._open |= {client, backend}
-            threading.Thread(target=self._pump, args=(backend, client, self._stalled[i]), daemon=True).start()
-            self._pump(client, backend, None)
+            asked = [None]   # when the client last sent data the backend has not answered yet
+            threading.Thread(target=self._pump, args=(backend, client, self._stalled[i], asked, self.exchanges[i]),
+                             daemon=True).start()
+            self._pump(client, backend, None, asked, None)
             return
         _shut(client)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, stalled: threading.Event | None) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, stalled: threading.Event | None, asked: list,
+              answers: list | None) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if answers is None:
+                    if asked[0] is None:
+                        asked[0] = time.monotonic()
+                elif asked[0] is not None:
+                    answers.append(time.monotonic() - asked[0])
+                    asked[0] = None
                 while stalled is not None and stalled.is_set() and not self._stopping.is_set():
                     self._stopping.wait(0.05)
                 dst.sendall(data)

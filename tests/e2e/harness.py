@@ -188,8 +188,9 @@ class Cluster:
         p.write_text(yaml.safe_dump_all(out))
         return p
 
-    def token_kubeconfig(self, namespace: str, sa: str, name: str | None = None) -> Path:
-        """A kubeconfig logged in as ServiceAccount namespace/sa (a TokenRequest token, 2 h)."""
+    def token_kubeconfig(self, namespace: str, sa: str, name: str | None = None, server: str | None = None) -> Path:
+        """A kubeconfig logged in as ServiceAccount namespace/sa (a TokenRequest token, 2 h), for
+        the API server or `server` (a forwarder in front of it)."""
         tr = self.api.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa}/token",
                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                             "spec": {"expirationSeconds": 7200}})
@@ -197,7 +198,8 @@ class Cluster:
         ca = base64.b64encode(Path(self.c.path("pki", "ca.crt")).read_bytes()).decode()
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {"server": self.c.server, "certificate-authority-data": ca}}],
+            "clusters": [{"name": "e2e", "cluster": {"server": server or self.c.server,
+                                                     "certificate-authority-data": ca}}],
             "users": [{"name": sa, "user": {"token": tr["status"]["token"]}}],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa, "namespace": namespace}}]}))
         return path
@@ -213,10 +215,10 @@ class Cluster:
         return self.webhook
 
     def start_extender(self, config: Path | None = None, port: int | None = None, metrics_port: int | None = None,
-                       name: str = "gpuqueue-extender", leader_elect: bool = False):
+                       name: str = "gpuqueue-extender", leader_elect: bool = False, server: str | None = None):
         """`gpuqueue extender` (controller and extender verbs), with the session's Configuration
         or `config`; stop_extender() first when one runs."""
-        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-extender", name)
+        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-extender", name, server)
         metrics_port = metrics_port or self.metrics_port
         self.extender = self.c.spawn(name, [
             self.gpuqueue, "extender", "--kubeconfig", str(kc), "--config", str(config or self.config_path),
@@ -234,11 +236,14 @@ class Cluster:
         ports = self.rc.free_ports(3 * n)
         self.replica_ports = [{"webhook": ports[i], "extender": ports[n + i], "metrics": ports[2 * n + i]}
                               for i in range(n)]
+        api = urllib.parse.urlsplit(self.c.server)
+        for i in range(n):   # each extender's own path to the API server, to be stalled (Forwarder.stall)
+            self.forwarders[f"api-{i}"] = Forwarder([(api.hostname, api.port)]).start()
         for i, p in enumerate(self.replica_ports):
             self.webhooks.append(self.start_webhook(p["webhook"], f"gpuqueue-webhook-{i}"))
         for i in range(n):
             self.start_extender_replica(i)
-        self.forwarders = {
+        self.forwarders |= {
             "webhook": Forwarder([("127.0.0.1", p["webhook"]) for p in self.replica_ports],
                                  port=self.webhook_port).start(),
             "extender": Forwarder([("127.0.0.1", p["extender"]) for p in self.replica_ports],
@@ -248,7 +253,7 @@ class Cluster:
         """(Again) extender replica i, on its own ports, behind the extender forwarder."""
         p = self.replica_ports[i]
         proc = self.start_extender(port=p["extender"], metrics_port=p["metrics"], name=f"gpuqueue-extender-{i}",
-                                   leader_elect=True)
+                                   leader_elect=True, server=f"https://127.0.0.1:{self.forwarders[f'api-{i}'].port}")
         if i < len(self.extenders):
             self.extenders[i] = proc
         else:

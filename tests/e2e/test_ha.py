@@ -174,7 +174,7 @@ def check_history(ha, ns: str, n_jobs: int) -> None:
         gpus = int(pod["spec"]["containers"][0]["resources"]["limits"][GPU])
         if live:
             per_node.setdefault(node, {})[uid] = gpus
-            pods_of_job.setdefault(pod["metadata"]["labels"]["job-name"], set()).add(uid)
+            pods_of_job.setdefault((pod["metadata"].get("labels") or {}).get("job-name"), set()).add(uid)
         else:
             per_node.get(node, {}).pop(uid, None)
         node_peak = max(node_peak, sum(per_node.get(node, {}).values()))
@@ -201,7 +201,7 @@ def settled(ha, ns: str, n_jobs: int):
     wls = ha.workloads(ns)
     if len(wls) < n_jobs:
         return None
-    bound = {p["metadata"]["labels"].get("job-name") for p in ha.pods(ns) if p["spec"].get("nodeName")}
+    bound = {(p["metadata"].get("labels") or {}).get("job-name") for p in ha.pods(ns) if p["spec"].get("nodeName")}
     for wl in wls:
         if is_true(wl, "QuotaReserved"):
             if job_name(wl) not in bound:
@@ -214,12 +214,12 @@ def settled(ha, ns: str, n_jobs: int):
 def unsettled(ha, ns: str, n_jobs: int) -> str:
     """What settled() waits for, named."""
     wls = ha.workloads(ns)
-    bound = {p["metadata"]["labels"].get("job-name") for p in ha.pods(ns) if p["spec"].get("nodeName")}
+    bound = {(p["metadata"].get("labels") or {}).get("job-name") for p in ha.pods(ns) if p["spec"].get("nodeName")}
     unbound = [job_name(w) for w in wls if is_true(w, "QuotaReserved") and job_name(w) not in bound]
     silent = [job_name(w) for w in wls if not is_true(w, "QuotaReserved")
               and not condition(w, "QuotaReserved").get("message")]
-    pods = {p["metadata"]["labels"].get("job-name"): (p.get("status") or {}).get("conditions")
-            for p in ha.pods(ns) if p["metadata"]["labels"].get("job-name") in unbound}
+    pods = {(p["metadata"].get("labels") or {}).get("job-name"): (p.get("status") or {}).get("conditions")
+            for p in ha.pods(ns) if (p["metadata"].get("labels") or {}).get("job-name") in unbound}
     return (f"{len(wls)} Workloads of {n_jobs} Jobs; admitted without a bound pod: {unbound} (their pods: {pods}); "
             f"pending without a message: {silent[:10]}")
 
@@ -327,3 +327,61 @@ def test_sigterm_hands_the_lease_over_within_2s(ha):
     finally:
         old.stop()
         ha.start_extender_replica(leader)
+
+
+WAIT_SECONDS = 1.0   # docs/extender.md: /filter waits at most catchup.WAIT_SECONDS for its caches
+
+
+def test_a_follower_whose_watches_stall_makes_kube_scheduler_wait_no_longer_than_documented(ha):
+    """The follower's own path to the API server stops passing data (its watches stall, connections
+    kept open) while Jobs are admitted by the leader and bare GPU pods (no queue, nothing admits them)
+    are made, one every 1.5 s for 30 s: the calls kube-scheduler makes to that follower (it reaches it
+    every other connection) each take at most WAIT_SECONDS plus what the machine adds, and no bare
+    pod is ever bound, whichever replica is asked."""
+    ns = "ha-stall"
+    pool(ha, ns, quota=16)
+    create_jobs(ha, ns, 2, workers=1, gpus=(1,))
+    ha.wait_for("two Jobs admitted and bound", lambda: settled(ha, ns, 2), timeout=60)
+    follower = 1 - leader_index(ha)
+    ext = ha.forwarders["extender"]
+    seen = len(ext.exchanges[follower])
+    ha.forwarders[f"api-{follower}"].stall(0)
+    t_stall = time.monotonic()
+    try:
+        for i in range(20):
+            ha.api.post(f"/apis/batch/v1/namespaces/{ns}/jobs", cases.job(ns, f"s{i:02d}", gpus=1, queue="lq"))
+            bare = cases.job(ns, f"bare{i:02d}", gpus=1)["spec"]["template"]
+            bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": ns, "name": f"bare{i:02d}"},
+                    "spec": bare["spec"]}
+            ha.api.call("POST", f"/api/v1/namespaces/{ns}/pods", bare)
+            time.sleep(1.5)
+        calls = ext.exchanges[follower][seen:]
+    finally:
+        ha.forwarders[f"api-{follower}"].resume(0)
+    t_resume = time.monotonic()
+    assert calls, "kube-scheduler never reached the stalled follower"
+    note("stalled follower: calls answered", len(calls))
+    note("stalled follower: slowest call (s)", max(calls))
+    note("stalled follower: calls over 0.9 s", sum(c > 0.9 for c in calls))
+    bound_bare = {p["metadata"]["name"] for _, typ, p in list(ha.recorders["pods"].events)
+                  if p["metadata"]["namespace"] == ns and p["metadata"]["name"].startswith("bare")
+                  and p["spec"].get("nodeName")}
+    assert not bound_bare, f"bare GPU pods bound: {sorted(bound_bare)}"
+    # kube-scheduler parks a pod the stalled follower answered `Error` for (not in its pod cache):
+    # 1.24 until a cluster event or its five-minute flush, current for its backoff (docs/extender.md)
+    try:
+        ha.wait_for("the 22 Jobs admitted and bound after the stall", lambda: settled(ha, ns, 22), timeout=30,
+                    show=lambda: unsettled(ha, ns, 22))
+    except AssertionError:
+        if ha.version >= (1, 25):
+            raise
+        ha.failed = False   # (not a failure on 1.24: what remains is noted below)
+    adm, bnd = admissions(ha, ns), bindings(ha, ns)
+    parked = sorted(j for j in adm if j not in bnd)
+    note("stall: admitted pods still parked 30 s after the resume", len(parked))
+    waited = {j: round(bnd[j] - max(adm[j], t_stall), 2) for j in adm if j in bnd and bnd[j] > t_stall}
+    if waited:
+        note("stall: admission -> bound, worst of those bound (s)", max(waited.values()))
+    print(f"ha: stall {t_resume - t_stall:.1f}s; follower's calls {sorted(round(c, 2) for c in calls)[-8:]}; "
+          f"admission -> bound {sorted(waited.values())[-8:]}; parked {parked}", flush=True)
+    assert max(calls) <= WAIT_SECONDS + 0.5, sorted(calls)[-5:]
