@@ -1,8 +1,10 @@
 """tests/test_invariants_pods.py's hostile histories with two replicas and leader changes: each
 `restart` of a history is the leader's end, alternately a crash (the Lease not released: the other
-replica takes it when it expires; the next calls kube-scheduler had sent to the dead replica fail
-with an `Error`, as a Service's endpoint that has not been dropped yet) and a clean stop (the Lease
-released), and a new replica started in its place, as the Deployment would. kube-scheduler's calls
+replica takes it when it expires; the first call kube-scheduler makes before that fails with an
+`Error`, the call the dead replica was answering) and a clean stop (the Lease released), and a new
+replica started in its place, as the Deployment would. The dead replica's endpoint is dropped at
+once, as tests/e2e/forwarder.py does: a call that fails after the takeover is not modelled (on 1.24
+nothing would move that pod; docs/reliability.md, "Two replicas"). kube-scheduler's calls
 go to the live replicas in turn. The safety and liveness oracles must hold across the changes: a
 pod parked by a cut call while no leader ran is moved by the next leader (docs/extender.md)."""
 
@@ -56,7 +58,7 @@ class HandoverLoop(Loop):
         self.up.set()
 
     async def extender(self, verb: str, body: bytes) -> bytes:
-        if self.cut:
+        if self.cut and self._leader() is None:
             self.cut -= 1
             return orjson.dumps({"Error": "Post \"https://gpuqueue-extender:8443/filter\": connection reset by peer"})
         ctl, view = self.replicas[self.turn % len(self.replicas)]
@@ -86,6 +88,8 @@ class HandoverLoop(Loop):
             leader.elector._release = not_released
         await self.h.kill(leader)
         await self._start_replica()
+        await eventually(lambda: self._leader() is not None, 10, "a replica leads again")
+        self.cut = 0
 
 
 @pytest.mark.parametrize("seed", CI_SEEDS)
