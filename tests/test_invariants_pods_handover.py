@@ -11,7 +11,6 @@ pod parked by a cut call while no leader ran is moved by the next leader (docs/e
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 import orjson
 import pytest
@@ -19,9 +18,8 @@ from kubernetes_asyncio import client
 
 from gpuqueue.extender.controller.clusterview.view import ControllerClusterView
 from gpuqueue.extender.controller.controller import Controller
-from gpuqueue.extender.scheduler import verbs
 from tests.controller_support import FAST, eventually
-from tests.test_invariants_pods import CI_SEEDS, Loop, loop_stats, run_history
+from tests.test_invariants_pods import CI_SEEDS, Loop, ask, loop_stats, run_history
 from tests.standin.schedqueue import CURRENT, V1_24
 
 # a short Lease, so that a crash's takeover fits the liveness bound's scale (the shipped 15 s is
@@ -63,13 +61,7 @@ class HandoverLoop(Loop):
             return orjson.dumps({"Error": "Post \"https://gpuqueue-extender:8443/filter\": connection reset by peer"})
         ctl, view = self.replicas[self.turn % len(self.replicas)]
         self.turn += 1
-        if verb == "filter":
-            answer = verbs.filter_verb(body, view, wait=self.cache_wait)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        else:
-            answer = verbs.prioritize_verb(body, view)
-        return answer if isinstance(answer, bytes) else orjson.dumps(answer)
+        return await ask(view, verb, body, self.cache_wait)
 
     async def restart(self) -> None:
         leader = self._leader()
