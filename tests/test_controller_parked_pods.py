@@ -78,3 +78,106 @@ async def test_only_pods_waiting_for_a_node_are_written():
         annotated = {p["metadata"]["name"] for p in h.api.cluster.store.kind(R.PODS.storage_key).values()
                      if parked_pods.RETRY_ANNOTATION in (p["metadata"].get("annotations") or {})}
         assert annotated == {"waiting"}
+
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+POOL = {"pool": "a"}
+
+
+async def _quota(h: Harness, gpus: int) -> None:
+    await h.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": POOL},
+                   "status": {"allocatable": {GPU: "8", "cpu": "8", "memory": "8Gi", "pods": "110"}}})
+    await h.apply({"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "pool-a"},
+                   "spec": {"nodeLabels": POOL}})
+    await h.apply({"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": {
+        "namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": "pool-a", "resources": [{"name": GPU, "nominalQuota": gpus}]}]}]}})
+    await h.apply({"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"namespace": "team-a", "name": "lq"},
+                   "spec": {"clusterQueue": "cq"}})
+
+
+def _job(name: str, pods: int) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"namespace": "team-a", "name": name, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "w", "image": "x", "resources": {"limits": {GPU: "1"}}}]}}}}
+
+
+@pytest.mark.parametrize("version", [V1_24, CURRENT])
+async def test_a_new_leader_moves_the_pods_parked_while_no_leader_ran(version):
+    """The leader admits a Job and dies; its pods are refused meanwhile (by the replica that died,
+    or by a follower that had not seen the admission) and parked. The next leader writes nothing
+    for a Workload already admitted, yet the pods must be bound at once once it leads."""
+    down = True
+
+    async def extender(verb: str, body: bytes) -> bytes:
+        names = orjson.loads(body)["NodeNames"]
+        if verb != "filter" or not down:
+            return orjson.dumps({"NodeNames": names} if verb == "filter" else [{"Host": n, "Score": 1} for n in names])
+        return orjson.dumps({"NodeNames": [], "FailedNodes": {n: "gpuqueue: not admitted yet" for n in names}})
+
+    async with Harness() as h:
+        await h.namespace("team-a")
+        await _quota(h, 8)
+        scheduler = Scheduler(h.api.cluster, extender, version=version, clock=RealClock())
+        scheduler.start()
+        try:
+            first = await h.controller(identity="first")
+            await h.submit(_job("j", 2))
+
+            def pods() -> list[dict]:
+                return [p for p in h.api.cluster.store.kind(R.PODS.storage_key).values()
+                        if p["metadata"]["namespace"] == "team-a"]
+
+            def refused(p: dict) -> bool:
+                return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                           for c in (p.get("status") or {}).get("conditions") or ())
+
+            await eventually(lambda: h.running("team-a", "j") and len(pods()) == 2 and all(map(refused, pods())),
+                             what="the admitted Job's two pods refused")
+            await h.kill(first)
+            down = False
+            await asyncio.sleep(1.5)  # past any backoff: parked, nothing moves them
+            assert not any(p["spec"].get("nodeName") for p in pods())
+            start = time.monotonic()
+            await h.controller(identity="second")
+            await eventually(lambda: all(p["spec"].get("nodeName") == "n1" for p in pods()), timeout=5,
+                             what="the pods bound after the new leader took over")
+            assert time.monotonic() - start < 2.0
+        finally:
+            await scheduler.stop()
+
+
+async def test_a_new_leader_moves_no_more_pods_than_the_admission_leaves_room_for():
+    """Admitted for 2 pods, one bound: of the Job's waiting pods (a tenant's extras made beside the
+    Job controller's) the new leader moves one."""
+    async with Harness() as h:
+        await h.namespace("team-a")
+        await _quota(h, 8)
+        first = await h.controller(identity="first")
+        await h.submit(_job("j", 2))
+        await eventually(lambda: h.running("team-a", "j") and len(_job_pods(h)) == 2, what="two pods made")
+        await h.kill(first)
+        job = h.job("team-a", "j")
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job["metadata"]["uid"],
+               "controller": True, "blockOwnerDeletion": True}
+        one = _job_pods(h)[0]
+        h.api.cluster.bind("team-a", one["metadata"]["name"], "n1", uid=one["metadata"]["uid"])
+        for i in range(5):
+            pod = gpu_pod(f"extra-{i}")
+            pod["metadata"].update(ownerReferences=[ref], labels={"job-name": "j"})
+            await h.kube.create(K.PODS, "team-a", pod)
+        await h.controller(identity="second")
+        await eventually(lambda: _annotated(h), what="a parked pod moved")
+        await asyncio.sleep(0.5)
+        assert len(_annotated(h)) == 1
+
+
+def _job_pods(h: Harness) -> list[dict]:
+    return [p for p in h.api.cluster.store.kind(R.PODS.storage_key).values() if p["metadata"]["namespace"] == "team-a"]
+
+
+def _annotated(h: Harness) -> list[str]:
+    return [p["metadata"]["name"] for p in _job_pods(h)
+            if parked_pods.RETRY_ANNOTATION in (p["metadata"].get("annotations") or {})]

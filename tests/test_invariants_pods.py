@@ -79,6 +79,17 @@ def bare_pod(ns: str, name: str, gpus: int) -> dict:
         {"name": "x", "image": "x", "resources": {"limits": {GPU: str(gpus)}}}]}}
 
 
+async def ask(view: ControllerClusterView, verb: str, body: bytes, cache_wait: float) -> bytes:
+    """One call of kube-scheduler to the extender verbs over `view` (in process, without HTTPS)."""
+    if verb == "filter":
+        answer = verbs.filter_verb(body, view, wait=cache_wait)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    else:
+        answer = verbs.prioritize_verb(body, view)
+    return answer if isinstance(answer, bytes) else orjson.dumps(answer)
+
+
 class Loop:
     """The harness, a leading controller with its extender view, and the stand-in scheduler that
     asks that view (in process: the verbs' code, without HTTPS). ``cache_wait``: how long /filter
@@ -101,13 +112,7 @@ class Loop:
                 await asyncio.wait_for(self.up.wait(), deadline - asyncio.get_running_loop().time())
             except asyncio.TimeoutError:
                 return orjson.dumps({"Error": "extender unreachable"})
-        if verb == "filter":
-            answer = verbs.filter_verb(body, view, wait=self.cache_wait)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        else:
-            answer = verbs.prioritize_verb(body, view)
-        return answer if isinstance(answer, bytes) else orjson.dumps(answer)
+        return await ask(view, verb, body, self.cache_wait)
 
     async def start_controller(self) -> None:
         await self.h.namespace("gpuqueue-system")

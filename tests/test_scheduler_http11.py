@@ -173,3 +173,25 @@ async def test_an_idle_connection_is_closed(pki, monkeypatch):
         writer.close()
     finally:
         await server.cleanup()
+
+
+async def test_a_connection_past_its_age_is_closed_after_an_answer(pki, monkeypatch):
+    """kube-scheduler keeps one connection alive and a Service balances connections: an old one is
+    closed after an answer, so the next call dials again and may reach the other replica."""
+    monkeypatch.setattr(http_server, "MAX_AGE_SECONDS", 0.3)
+    cert_dir, ca = pki
+    server = await start(mixed_cluster(), host="127.0.0.1", port=0, cert_dir=cert_dir)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.addresses[0][1], server_hostname="127.0.0.1",
+                                                       ssl=ssl.create_default_context(cafile=str(ca)))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = await read_answer(reader)
+        assert status == 200 and headers.get("connection") != "close"
+        await asyncio.sleep(0.4)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _ = await read_answer(reader)
+        assert status == 200 and headers.get("connection") == "close"
+        assert await closed(reader)
+        writer.close()
+    finally:
+        await server.cleanup()

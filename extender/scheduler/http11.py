@@ -15,7 +15,10 @@ requests answered in order, ``Expect: 100-continue``, 404 for an unknown path, 4
 ``Allow``) for another method, HEAD where GET is served, 413 naming the limit for a body over
 it (sent as soon as the size is known; the rest of the body is read and dropped, then the
 connection is closed), 431 past the header limit, 400 for what llhttp cannot parse (then the
-connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed.
+connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed. A connection older
+than ``MAX_AGE_SECONDS`` is closed after its next answer (``Connection: close``): kube-scheduler
+calls over one kept-alive connection, and a Service balances connections, not requests, so without
+this every call would go to the one replica that connection reached, for as long as it lives.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ log = logging.getLogger("gpuqueue.extender")
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 IDLE_SECONDS = 75.0  # as aiohttp's keep-alive timeout; Go's transports drop idle ones at 90 s
+MAX_AGE_SECONDS = 10.0  # one new TLS connection per 10 s: a few ms, for calls spread over the replicas
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers together
 MAX_QUEUED = 16  # requests pipelined behind one that waits; past that the connection is not read
 
@@ -82,7 +86,7 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
-        self.last_active = time.monotonic()
+        self.last_active = self.opened = time.monotonic()
         self._peercert: dict | None | bool = False  # False: not looked up yet
         # while a handler's answer is awaited: that task, and the requests read after it
         self._waiting: asyncio.Task | None = None
@@ -247,6 +251,8 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        if not close and not self._queued and self.last_active - self.opened > MAX_AGE_SECONDS:
+            close = True  # (nothing pipelined behind it: no request read is left unanswered)
         body = answer.body
         transport.write(b"".join((
             _STATUS_LINES[answer.status], b"Content-Type: ", answer.content_type,

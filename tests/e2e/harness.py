@@ -92,8 +92,14 @@ def started(before_install=None):
 class Cluster:
     """The session's control plane and gpuqueue; see the module's docstring."""
 
-    def __init__(self, log=print, **control_plane) -> None:
-        """`control_plane`: more RealCluster arguments (e.g. scheduler_client, controller_manager_args)."""
+    def __init__(self, log=print, replicas: int = 1, **control_plane) -> None:
+        """`control_plane`: more RealCluster arguments (e.g. scheduler_client, controller_manager_args);
+        `replicas` > 1: that many webhooks and extenders (--leader-elect), each kind behind a
+        round-robin forwarder that stands in for its Service (start_replicas)."""
+        self.replicas = replicas
+        self.webhooks: list = []
+        self.extenders: list = []
+        self.forwarders: dict = {}
         self.rc = load_realcluster()
         self.control_plane = control_plane
         self.k8s_bin = os.environ["GPUQUEUE_E2E_K8S_BIN"]
@@ -133,8 +139,11 @@ class Cluster:
         self.config_path = self.dir / "config.yaml"
         (config,) = [o for o in self.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpuqueue-config"]
         self.config_path.write_text(config["data"]["config.yaml"])
-        self.start_webhook()
-        self.start_extender()
+        if self.replicas > 1:
+            self.start_replicas()
+        else:
+            self.start_webhook()
+            self.start_extender()
         self.kubectl("apply", "--server-side", "-f", str(self._webhook_configurations()))
         self.c.start_scheduler()
         self.kubelet = Kubelet(self)
@@ -147,6 +156,8 @@ class Cluster:
     def stop(self) -> None:
         if self.kubelet:
             self.kubelet.stop()
+        for fwd in self.forwarders.values():
+            fwd.stop()
         if self.c is None:
             return
         keep = self.failed or os.environ.get("GPUQUEUE_E2E_KEEP") == "1"
@@ -218,8 +229,9 @@ class Cluster:
         p.write_text(yaml.safe_dump_all([o for o in self.objects if o["kind"].endswith("WebhookConfiguration")]))
         return p
 
-    def token_kubeconfig(self, namespace: str, sa: str, name: str | None = None) -> Path:
-        """A kubeconfig logged in as ServiceAccount namespace/sa (a TokenRequest token, 2 h)."""
+    def token_kubeconfig(self, namespace: str, sa: str, name: str | None = None, server: str | None = None) -> Path:
+        """A kubeconfig logged in as ServiceAccount namespace/sa (a TokenRequest token, 2 h), for
+        the API server or `server` (a forwarder in front of it)."""
         tr = self.api.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa}/token",
                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                             "spec": {"expirationSeconds": 7200}})
@@ -227,20 +239,25 @@ class Cluster:
         ca = base64.b64encode(Path(self.c.path("pki", "ca.crt")).read_bytes()).decode()
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {"server": self.c.server, "certificate-authority-data": ca}}],
+            "clusters": [{"name": "e2e", "cluster": {"server": server or self.c.server,
+                                                     "certificate-authority-data": ca}}],
             "users": [{"name": sa, "user": {"token": tr["status"]["token"]}}],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa, "namespace": namespace}}]}))
         return path
 
-    def start_webhook(self, extra_args: tuple[str, ...] | list[str] = ()) -> None:
-        """`gpuqueue webhook`; `extra_args` go on its command line (its shutdown delay is short here:
-        nothing routes to it that would need the time to go elsewhere)."""
-        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-webhook")
-        self.webhook = self.c.spawn("gpuqueue-webhook", [
+    def start_webhook(self, port: int | None = None, name: str = "gpuqueue-webhook",
+                      extra_args: tuple[str, ...] | list[str] = ()):
+        """`gpuqueue webhook` on `port` (default: the one the webhook configurations name);
+        `extra_args` go on its command line (its shutdown delay is short here unless they say
+        otherwise: nothing routes to it that would need the time to go elsewhere)."""
+        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-webhook", name)
+        port = port or self.webhook_port
+        self.webhook = self.c.spawn(name, [
             self.gpuqueue, "webhook", "--cert-dir", str(self.certs), "--host", "127.0.0.1",
-            "--port", str(self.webhook_port), "--config", str(self.config_path), "--shutdown-delay-seconds", "0.2",
+            "--port", str(port), "--config", str(self.config_path), "--shutdown-delay-seconds", "0.2",
             *extra_args], env={**os.environ, "KUBECONFIG": str(kc)})
-        self._wait_https(self.webhook, self.webhook_port, "/readyz")
+        self._wait_https(self.webhook, port, "/readyz")
+        return self.webhook
 
     def stop_webhook(self) -> None:
         """Stops the webhook process (an outage of every replica); start_webhook() brings it back."""
@@ -248,17 +265,53 @@ class Cluster:
 
     def restart_webhook(self, extra_args: tuple[str, ...] | list[str] = ()) -> None:
         self.stop_webhook()
-        self.start_webhook(extra_args)
+        self.start_webhook(extra_args=extra_args)
 
-    def start_extender(self, config: Path | None = None) -> None:
+    def start_extender(self, config: Path | None = None, port: int | None = None, metrics_port: int | None = None,
+                       name: str = "gpuqueue-extender", leader_elect: bool = False, server: str | None = None):
         """`gpuqueue extender` (controller and extender verbs), with the session's Configuration
         or `config`; stop_extender() first when one runs."""
-        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-extender")
-        self.extender = self.c.spawn("gpuqueue-extender", [
+        kc = self.token_kubeconfig("gpuqueue-system", "gpuqueue-extender", name, server)
+        metrics_port = metrics_port or self.metrics_port
+        self.extender = self.c.spawn(name, [
             self.gpuqueue, "extender", "--kubeconfig", str(kc), "--config", str(config or self.config_path),
-            "--cert-dir", str(self.certs), "--host", "127.0.0.1", "--port", str(self.ext_port),
-            "--metrics-port", str(self.metrics_port), "--visibility-port", "0"])
-        self._wait_https(self.extender, self.metrics_port, "/readyz")
+            "--cert-dir", str(self.certs), "--host", "127.0.0.1", "--port", str(port or self.ext_port),
+            "--metrics-port", str(metrics_port), "--visibility-port", "0",
+            *(["--leader-elect"] if leader_elect else [])])
+        self._wait_https(self.extender, metrics_port, "/readyz")
+        return self.extender
+
+    def start_replicas(self) -> None:
+        """`replicas` webhooks and extenders with --leader-elect, as the manifests deploy them; the
+        webhook and extender ports are round-robin forwarders in front of them (tests/e2e/forwarder.py)."""
+        from tests.e2e.forwarder import Forwarder
+        n = self.replicas
+        ports = self.rc.free_ports(3 * n)
+        self.replica_ports = [{"webhook": ports[i], "extender": ports[n + i], "metrics": ports[2 * n + i]}
+                              for i in range(n)]
+        api = urllib.parse.urlsplit(self.c.server)
+        for i in range(n):   # each extender's own path to the API server, to be stalled (Forwarder.stall)
+            self.forwarders[f"api-{i}"] = Forwarder([(api.hostname, api.port)]).start()
+        for i, p in enumerate(self.replica_ports):
+            self.webhooks.append(self.start_webhook(p["webhook"], f"gpuqueue-webhook-{i}"))
+        for i in range(n):
+            self.start_extender_replica(i)
+        self.forwarders |= {
+            "webhook": Forwarder([("127.0.0.1", p["webhook"]) for p in self.replica_ports],
+                                 port=self.webhook_port).start(),
+            "extender": Forwarder([("127.0.0.1", p["extender"]) for p in self.replica_ports],
+                                  port=self.ext_port).start()}
+
+    def start_extender_replica(self, i: int):
+        """(Again) extender replica i, on its own ports, behind the extender forwarder."""
+        p = self.replica_ports[i]
+        proc = self.start_extender(port=p["extender"], metrics_port=p["metrics"], name=f"gpuqueue-extender-{i}",
+                                   leader_elect=True, server=f"https://127.0.0.1:{self.forwarders[f'api-{i}'].port}")
+        if i < len(self.extenders):
+            self.extenders[i] = proc
+        else:
+            self.extenders.append(proc)
+        return proc
 
     def stop_extender(self) -> None:
         self._stop_process("extender")

@@ -136,3 +136,4 @@ class RebuildFromApi:
             self.following.requeue_changed(st, job, changed)
         else:
             self.job_reconciler.steer(st, job)
+            self.workload_writes.retry_parked(st, adm)

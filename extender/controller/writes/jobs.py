@@ -94,14 +94,19 @@ class JobSteering:
     def _owners(self, pod: dict) -> set[str]:
         return self.owners.uids(pod)
 
-    async def retry_parked(self, st: JobState, admission: Admission) -> None:
-        """The Job's pods that kube-scheduler parked before this admission (parked_pods.py): as
-        many as it admitted at most, so a tenant's extra pods cost no write each."""
+    async def retry_parked(self, st: JobState, admission: Admission) -> int:
+        """The Job's pods that kube-scheduler parked before this admission, or while no leader
+        ran (parked_pods.py): as many as the admission leaves room for beside its pods already
+        bound, so a tenant's extra pods cost no write each. How many were written."""
         cache = self.informers.get("pods")
         if cache is None or st.kind.deletes_to_stop:
-            return
-        pods = (cache.get(key) for key in sorted(self.pods_by_owner.get(st.uid, ())))
-        await parked_pods.retry(self.kube, (p for p in pods if p is not None), limit=sum(admission.counts.values()))
+            return 0
+        pods = [p for p in (cache.get(key) for key in sorted(self.pods_by_owner.get(st.uid, ()))) if p is not None]
+        bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") and not P.ended(p))
+        room = sum(admission.counts.values()) - bound
+        if room <= 0:
+            return 0
+        return await parked_pods.retry(self.kube, pods, limit=room)
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Awaitable, Callable
 
 from gpuqueue.extender.controller.writes import cohorts
@@ -28,6 +29,7 @@ from gpuqueue.extender.quota import decisions as d
 from gpuqueue.extender.quota.model import Admission
 from gpuqueue.jobframework.integration import Finished
 
+log = logging.getLogger("gpuqueue.controller")
 
 
 class WorkloadWrites(WorkloadRecordKeeping):
@@ -248,6 +250,18 @@ class WorkloadWrites(WorkloadRecordKeeping):
                                         "reservation was 0s")
             await self.jobs.unsuspend(st, admission, flavors, resumed)
             await self.jobs.retry_parked(st, admission)
+
+        self.writes.chain(st.key, write, call_class=URGENT)
+
+    def retry_parked(self, st: JobState, admission: Admission) -> None:
+        """A new leader's part for a workload admitted before it led: pods that kube-scheduler
+        parked while no leader ran (a call to the replica that died, a refusal during the change)
+        wait for no admission write of this term, so they are moved here once."""
+        async def write():
+            if not self.sched.leader or self.sched.jobs.get(st.key) is not st or st.phase != "admitted":
+                return
+            if await self.jobs.retry_parked(st, admission):
+                log.info("%s: pods waiting for a node since before this term moved back to kube-scheduler", st.key)
 
         self.writes.chain(st.key, write, call_class=URGENT)
 
