@@ -181,3 +181,42 @@ def _job_pods(h: Harness) -> list[dict]:
 def _annotated(h: Harness) -> list[str]:
     return [p["metadata"]["name"] for p in _job_pods(h)
             if parked_pods.RETRY_ANNOTATION in (p["metadata"].get("annotations") or {})]
+
+
+@pytest.mark.parametrize("version", [V1_24, CURRENT])
+async def test_pods_failed_with_an_error_after_the_admission_are_moved_by_the_leader(version):
+    """An admitted Job's pods that kube-scheduler failed with an `Error` (a call cut by a replica
+    that died, a follower that waited out its caches) after the leader's last write for them: on
+    1.24 they wait for a Node event or the five-minute flush. The leader sees kube-scheduler's
+    PodScheduled=False SchedulerError and moves them, so they are bound within seconds once the
+    extender answers again."""
+    failing = True
+
+    async def extender(verb: str, body: bytes) -> bytes:
+        names = orjson.loads(body)["NodeNames"]
+        if verb == "filter" and failing:
+            return orjson.dumps({"NodeNames": None, "Error": "gpuqueue: pod not in gpuqueue's pod cache (waited 1 s)"})
+        return orjson.dumps({"NodeNames": names} if verb == "filter" else [{"Host": n, "Score": 1} for n in names])
+
+    async with Harness() as h:
+        await h.namespace("team-a")
+        await _quota(h, 8)
+        scheduler = Scheduler(h.api.cluster, extender, version=version, clock=RealClock())
+        scheduler.start()
+        try:
+            await h.controller(identity="leader")
+            await h.submit(_job("j", 2))
+
+            def errored(p: dict) -> bool:
+                return any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulerError"
+                           for c in (p.get("status") or {}).get("conditions") or ())
+
+            await eventually(lambda: h.running("team-a", "j") and len(_job_pods(h)) == 2
+                             and all(map(errored, _job_pods(h))), what="the admitted Job's two pods failed with an Error")
+            failing = False
+            start = time.monotonic()
+            await eventually(lambda: all(p["spec"].get("nodeName") == "n1" for p in _job_pods(h)), timeout=15,
+                             what="the pods bound once the extender answers again")
+            assert time.monotonic() - start < 9.0  # the floor's cap (8 s) at worst, not the five-minute flush
+        finally:
+            await scheduler.stop()

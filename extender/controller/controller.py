@@ -31,6 +31,7 @@ from gpuqueue.extender.controller.leadership.leader import LeaderElector
 from gpuqueue.extender.controller.core.job_state import JobState
 from gpuqueue.extender.controller.serving.metrics import Metrics
 from gpuqueue.extender.controller.reconcilers.job_reconciler import JobReconciler
+from gpuqueue.extender.controller.reconcilers.scheduler_errors import SchedulerErrors
 from gpuqueue.extender.controller.kinds.managed_kinds import RUNTIMES, PodOwners, informer_lookup, managed_kinds
 from gpuqueue.extender.controller.options import Options
 from gpuqueue.extender.controller.core.owned_workloads import OwnedWorkloads
@@ -112,6 +113,7 @@ class Controller:
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided,
                                               evicted=lambda st: self.pods_ready.judge(st))
+        self.scheduler_errors = SchedulerErrors(self, self.workload_writes, self.job_steering.owners.uids)
         self.following = Following(self, self.workload_writes,
                                    lambda st, job, queued_at: self.job_reconciler.submit(st, job, queued_at),
                                    self.mark_dirty)
@@ -314,6 +316,7 @@ class Controller:
                                                 on_update=workloads.on_workload,
                                                 on_delete=workloads.on_workload_delete)
         on("pods", self.job_steering.on_pod, self.job_steering.on_pod_delete)
+        on("pods", self.scheduler_errors.on_pod, lambda pod: None)
 
     # -- the pass -------------------------------------------------------------------------------------------
     async def _pass_loop(self) -> None:
