@@ -113,7 +113,8 @@ class Controller:
                                               status_changed=lambda: self.queue_status.changed(),
                                               departed=self.departures.decided,
                                               evicted=lambda st: self.pods_ready.judge(st))
-        self.scheduler_errors = SchedulerErrors(self, self.workload_writes, self.job_steering.owners.uids)
+        self.scheduler_errors = SchedulerErrors(self, self.workload_writes, self.job_steering.owners.uids,
+                                                self.job_steering.pods_of)
         self.following = Following(self, self.workload_writes,
                                    lambda st, job, queued_at: self.job_reconciler.submit(st, job, queued_at),
                                    self.mark_dirty)

@@ -19,7 +19,7 @@ to 10 s, unschedulable pods back on a cluster event that could help or after fiv
 extender ``Error`` handled as ``version`` handles it), on a ``clock``: ``VirtualClock`` (the
 default) skips the waits, so tests do not sleep them; ``bound_at`` says when each pod was bound,
 ``at(when, fn)`` runs a test's step at a time of that clock. A failed attempt writes the pod's
-PodScheduled=False condition (reason Unschedulable, or SchedulerError for an ``Error``, and the
+PodScheduled=False condition (reason Unschedulable, or SchedulerError for an ``Error`` after 1.24, and the
 message) when it changes, as kube-scheduler does; ``kubectl describe pod`` shows it.
 
 The extender is a coroutine function ``(verb, body bytes) -> answer bytes``: the real HTTPS
@@ -250,7 +250,9 @@ class Scheduler(BackgroundLoop):
         stored = self.cluster.store.get(R.PODS.storage_key, (meta["namespace"], meta["name"]))
         if stored is None or stored["metadata"]["uid"] != meta["uid"]:
             return
-        reason = "SchedulerError" if error else "Unschedulable"
+        # 1.24 writes reason Unschedulable for an error too, with the error as the message (the
+        # SchedulerError reason came later), as a real 1.24 showed for the extender's Error
+        reason = "SchedulerError" if error and self.queue.version != V1_24 else "Unschedulable"
         conditions = (stored.get("status") or {}).get("conditions") or []
         before = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
         if before is not None and (before.get("status"), before.get("reason"), before.get("message")) == ("False", reason, message):

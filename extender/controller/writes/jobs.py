@@ -98,15 +98,21 @@ class JobSteering:
         """The Job's pods that kube-scheduler parked before this admission, or while no leader
         ran (parked_pods.py): as many as the admission leaves room for beside its pods already
         bound, so a tenant's extra pods cost no write each. How many were written."""
-        cache = self.informers.get("pods")
-        if cache is None or st.kind.deletes_to_stop:
+        if "pods" not in self.informers or st.kind.deletes_to_stop:
             return 0
-        pods = [p for p in (cache.get(key) for key in sorted(self.pods_by_owner.get(st.uid, ()))) if p is not None]
+        pods = self.pods_of(st.uid)
         bound = sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") and not P.ended(p))
         room = sum(admission.counts.values()) - bound
         if room <= 0:
             return 0
         return await parked_pods.retry(self.kube, pods, limit=room)
+
+    def pods_of(self, uid: str) -> list[dict]:
+        """The pods counted under owner ``uid``, as the pod cache has them."""
+        cache = self.informers.get("pods")
+        if cache is None:
+            return []
+        return [p for p in (cache.get(key) for key in sorted(self.pods_by_owner.get(uid, ()))) if p is not None]
 
     def pods_gone(self, uid: str) -> bool:
         return not self.pods_by_owner.get(uid)
