@@ -21,3 +21,11 @@ try:
 except ImportError as err:
     sys.exit(f"{Path(sys.argv[0]).name}: cannot import {err.name} from {ROOT}: install the repository "
              f"editable (pip install -e '.[test]'), see docs/architecture.md")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
+import bench_env  # noqa: E402  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
@@ -318,12 +318,6 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # --- the driver --------------------------------------------------------------------------------------------
 
 def job_body(ns: str, c: WorkloadClass, n: int) -> dict:
@@ -481,16 +475,16 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
             for path, body in setup_objects(cfg, hold):
                 await post(session, url, path, body)
             await wait_ready(metrics_port, ctl)
-            cpu0 = {"controller": cpu_seconds(ctl.pid), "stand-in": cpu_seconds(server.pid),
+            cpu0 = {"controller": bench_env.cpu_seconds(ctl.pid), "stand-in": bench_env.cpu_seconds(server.pid),
                     "driver": time.process_time()}
             start = time.monotonic()
             took: list[float] = []
             lags = await submit_all(session, url, cfg, took)
         deadline = start + timeout
-        sampled = (time.monotonic(), cpu_seconds(ctl.pid))
+        sampled = (time.monotonic(), bench_env.cpu_seconds(ctl.pid))
         while True:
             if cost_model and share_cores:  # the controller's CPU comes out of the modelled cores, as on one machine
-                now, used = time.monotonic(), cpu_seconds(ctl.pid)
+                now, used = time.monotonic(), bench_env.cpu_seconds(ctl.pid)
                 parent.send(("others", (used - sampled[1]) / max(now - sampled[0], 1e-3)))
                 sampled = (now, used)
             created, admitted, completed, workloads = await ask(parent, "progress")
@@ -501,8 +495,8 @@ async def run(cfg: Config, qps: float, burst: int, timeout: float, log_path: Pat
                                    f"{completed} of {total} completed (controller "
                                    f"{'exited' if ctl.poll() is not None else 'running'})")
             await asyncio.sleep(0.5)
-        cpu = {"controller": cpu_seconds(ctl.pid) - cpu0["controller"],
-               "stand-in": cpu_seconds(server.pid) - cpu0["stand-in"],
+        cpu = {"controller": bench_env.cpu_seconds(ctl.pid) - cpu0["controller"],
+               "stand-in": bench_env.cpu_seconds(server.pid) - cpu0["stand-in"],
                "driver": time.process_time() - cpu0["driver"]}
         rss = peak_rss_mb(ctl.pid)
         rec: Record = await ask(parent, "record")

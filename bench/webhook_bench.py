@@ -26,7 +26,6 @@ import asyncio
 import gc
 import json
 import multiprocessing as mp
-import os
 import re
 import shutil
 import ssl
@@ -37,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import bench_env  # noqa: E402,F401  (the repository on sys.path, or one line saying why not)
+import bench_env  # noqa: E402  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
@@ -145,10 +144,9 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes, path: str)
 
 def _cpu_seconds(pid: int) -> float | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return bench_env.cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 @dataclass

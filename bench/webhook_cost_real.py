@@ -34,9 +34,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
-import bench_env  # noqa: F401  (the repository on sys.path, or one line saying why not)
+import bench_env  # noqa: E402  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
 
@@ -44,12 +43,6 @@ from tests.e2e.env import missing  # noqa: E402
 from tests.e2e.harness import Cluster  # noqa: E402
 
 WEBHOOK = "pod.gpuqueue.io"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pod(ns: str, i: int, gpu: bool) -> dict:
@@ -147,13 +140,13 @@ def phase(e2e: Cluster, name: str, pods: int, rate: float, gpu: bool) -> dict:
     e2e.restart_webhook()
     e2e.namespace(name)
     time.sleep(1.0)
-    before, cpu0 = scrape(e2e), cpu_seconds(e2e.webhook.pid)
+    before, cpu0 = scrape(e2e), bench_env.cpu_seconds(e2e.webhook.pid)
     t0 = time.monotonic()
     conns: list[int] = []
     statuses = asyncio.run(create_pods(e2e, name, pods, rate, gpu,
                                        sample=lambda: conns.append(webhook_connections(e2e.webhook_port))))
     wall = time.monotonic() - t0
-    after, cpu1 = scrape(e2e), cpu_seconds(e2e.webhook.pid)
+    after, cpu1 = scrape(e2e), bench_env.cpu_seconds(e2e.webhook.pid)
     hist = "apiserver_admission_webhook_admission_duration_seconds_bucket"
     admit_b, admit_a = (series(t, hist, name=WEBHOOK, type="admit") for t in (before, after))
     valid_b, valid_a = (series(t, hist, name=WEBHOOK, type="validating") for t in (before, after))

@@ -25,22 +25,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib.util
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import yaml
 
-from tests.e2e.env import REPOSITORY, realcluster_path
+from tests.e2e.env import realcluster_path
+from tests.e2e.watch import Watch
 
 GPU = "nvidia.com/gpu"
 GH200 = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
@@ -466,7 +463,7 @@ def jobset_crd() -> Path | None:
     return path if path.is_file() else None
 
 
-class Kubelet(threading.Thread):
+class Kubelet(Watch):
     """What a kubelet does that the suite needs, for every fake Node: a bound pod is reported
     Running with Ready=True (or Running and never Ready, in the namespaces in `never_ready`); a
     bound pod being deleted gracefully is deleted for good (the kubelet's part of a deletion);
@@ -474,62 +471,16 @@ class Kubelet(threading.Thread):
     first saw each pod bound (`bound_at`, monotonic time)."""
 
     def __init__(self, cluster: Cluster) -> None:
-        super().__init__(name="e2e-kubelet", daemon=True)
-        self.cluster, self.api = cluster, cluster.api
+        super().__init__(cluster.api, "/api/v1/pods", name="e2e-kubelet")
+        self.cluster = cluster
         self.never_ready: set[str] = set()
         self.passive = False  # only note bindings and finish deletions (a benchmark's timing)
         self.bound_at: dict[str, float] = {}
-        self.errors: list[str] = []
-        self._stopping = threading.Event()
         self._done: set[tuple[str, str]] = set()    # (uid, what) already written
-        self._resp = None
 
-    def stop(self) -> None:
-        """Ends the watch under way by shutting its socket down (closing the response from here
-        would wait for the read in progress; left open, it holds up the API server's shutdown)."""
-        self._stopping.set()
-        sock = getattr(getattr(getattr(self._resp, "fp", None), "raw", None), "_sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.join(timeout=5)
-
-    def run(self) -> None:
-        rv = None
-        while not self._stopping.is_set():
-            try:
-                if rv is None:
-                    listing = self.api.get("/api/v1/pods")
-                    for pod in listing["items"]:
-                        self._handle(pod)
-                    rv = listing["metadata"]["resourceVersion"]
-                rv = self._watch(rv)
-            except Exception as e:   # noqa: BLE001 - a broken watch is relisted
-                if self._stopping.is_set():
-                    return
-                self.errors.append(repr(e))
-                rv = None
-                time.sleep(0.2)
-
-    def _watch(self, rv: str) -> str | None:
-        q = urllib.parse.urlencode({"watch": "1", "resourceVersion": rv, "timeoutSeconds": "240",
-                                    "allowWatchBookmarks": "true"})
-        req = urllib.request.Request(f"{self.api.server}/api/v1/pods?{q}", headers={"Accept": "application/json"})
-        with self.api.opener.open(req, timeout=300) as resp:
-            self._resp = resp
-            for line in resp:
-                if self._stopping.is_set():
-                    return rv
-                ev = json.loads(line)
-                if ev["type"] == "ERROR":
-                    return None   # 410 Gone: relist
-                obj = ev["object"]
-                rv = obj["metadata"].get("resourceVersion", rv)
-                if ev["type"] in ("ADDED", "MODIFIED"):
-                    self._handle(obj)
-        return rv
+    def on_event(self, arrived: float, typ: str, obj: dict) -> None:
+        if typ in ("ADDED", "MODIFIED"):
+            self._handle(obj)
 
     def _handle(self, pod: dict) -> None:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
