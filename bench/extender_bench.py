@@ -15,7 +15,7 @@ the client presents kube-scheduler's client certificate (mutual TLS, as the prod
 The server runs in its own process, pinned to one CPU and the client to another (on 2 cores a
 server the OS moves between CPUs pays for cold caches on every move; ``--no-pin`` measures
 that too); the baseline is a bare handler in that same server (the extender's own HTTP layer,
-extender/scheduler/http11.py) answering the same requests with a constant, so the ratio is what
+gpuqueue/http11.py) answering the same requests with a constant, so the ratio is what
 our logic costs on top of HTTP (prioritize bodies for the baseline are made once from an
 extender answer). bench/http_layer_bench.py compares HTTP layers and event loops. Rounds alternate
 bare and extender, at one connection and at a few; figures are medians over the rounds. Every
@@ -63,7 +63,7 @@ from gpuqueue.extender.placement import FlavorSelector, NodeCache, NodeInfo, Tai
 from gpuqueue.tls import ReloadingTLS  # noqa: E402
 from gpuqueue.extender.scheduler import InMemoryClusterView, routes  # noqa: E402
 from gpuqueue.extender.scheduler.memo import PodMemo  # noqa: E402
-from gpuqueue.extender.scheduler.http11 import JSON, Answer, Route, Server  # noqa: E402
+from gpuqueue.http11 import JSON, Answer, Route, Server  # noqa: E402
 from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb  # noqa: E402
 from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402

@@ -27,6 +27,7 @@ median without, per mode, with the spread.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -36,7 +37,8 @@ import bench_env  # noqa: F401  (the repository on sys.path, or one line saying 
 from tests.e2e import cases as C  # noqa: E402
 from tests.e2e.env import missing  # noqa: E402
 from tests.e2e.harness import GH200, Cluster, is_true  # noqa: E402
-from webhook_cost_real import failed_webhook_calls  # noqa: E402
+from bench_env import cpu_seconds  # noqa: E402
+from webhook_cost_real import LINE, failed_webhook_calls, scrape  # noqa: E402
 
 GPUS_PER_NODE = 8
 QUEUE = "tput"
@@ -57,23 +59,55 @@ def rate(times: list[float]) -> float:
     return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else float("inf")
 
 
-def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tuple[float, float]:
-    """One Job's pods bound: the rate (see the module's docstring), and the webhook calls that
-    failed meanwhile (kube-apiserver's calling_webhook_error)."""
+def process_cpu(e2e: Cluster) -> dict[str, float]:
+    """CPU seconds so far of each live process of the cluster (kube-scheduler under one name
+    whether or not it has the extender)."""
+    out = {}
+    for p in e2e.c.procs:
+        if p.pid is not None and p.alive():
+            try:
+                out[p.name] = out.get(p.name, 0.0) + cpu_seconds(p.pid)
+            except OSError:
+                pass
+    return out
+
+
+def writes(e2e: Cluster) -> dict[str, float]:
+    """kube-apiserver's count of write requests so far, by verb, resource and subresource."""
+    out: dict[str, float] = {}
+    for line in scrape(e2e).splitlines():
+        m = LINE.match(line)
+        if not m or m.group(1) != "apiserver_request_total":
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("verb") in ("GET", "LIST", "WATCH", "CONNECT"):
+            continue
+        key = f"{labels.get('verb')} {labels.get('resource')}{'/' + labels['subresource'] if labels.get('subresource') else ''}"
+        out[key] = out.get(key, 0.0) + float(m.group(3))
+    return out
+
+
+def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tuple[float, float, dict[str, float]]:
+    """One Job's pods bound: the rate (see the module's docstring), the webhook calls that
+    failed meanwhile (kube-apiserver's calling_webhook_error), and each process's CPU ms per pod
+    from kube-scheduler's start (backlog) or the Job's creation (live) to the last binding."""
     c = e2e.c
     failed_before = failed_webhook_calls(e2e)
     e2e.namespace(name)
     if extender:
         e2e.apply(C.local_queue(name, QUEUE, QUEUE))
     c.stop_scheduler()
+    cpu0, w0 = {}, {}
     if mode == "live":
         c.start_scheduler(extender=c.extender if extender else None)
+        cpu0, w0 = process_cpu(e2e), writes(e2e)
     e2e.apply(C.job(name, "tput", gpus=1, pods=pods, queue=QUEUE if extender else None))
     if extender:
         e2e.wait_for("the Job admitted", lambda: is_true(e2e.workload_of(name, "tput"), "Admitted"), timeout=120)
     if mode == "backlog":
         e2e.wait_for(f"{pods} pods created", lambda: len(e2e.job_pods(name, "tput")) >= pods, timeout=300, poll=1.0)
         c.start_scheduler(extender=c.extender if extender else None)
+        cpu0, w0 = process_cpu(e2e), writes(e2e)
     uids: list[str] = []
 
     def all_bound() -> bool:
@@ -82,8 +116,13 @@ def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tupl
             uids = [p["metadata"]["uid"] for p in e2e.job_pods(name, "tput")]
         return len(uids) >= pods and all(u in e2e.kubelet.bound_at for u in uids)
 
-    e2e.wait_for(f"{pods} pods bound", all_bound, timeout=600, poll=1.0)
-    return rate([e2e.kubelet.bound_at[u] for u in uids]), failed_webhook_calls(e2e) - failed_before
+    e2e.wait_for(f"{pods} pods bound", all_bound, timeout=600, poll=0.2)
+    cpu1, w1 = process_cpu(e2e), writes(e2e)
+    per_pod = {k: (cpu1[k] - cpu0[k]) * 1000 / pods for k in cpu1 if k in cpu0}
+    wrote = {k: (v - w0.get(k, 0.0)) / pods for k, v in w1.items() if v - w0.get(k, 0.0) > 0}
+    print("  writes per pod: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(wrote.items(), key=lambda kv: -kv[1])),
+          flush=True)
+    return rate([e2e.kubelet.bound_at[u] for u in uids]), failed_webhook_calls(e2e) - failed_before, per_pod
 
 
 def clean(e2e: Cluster, name: str) -> None:
@@ -118,11 +157,13 @@ def main() -> None:
                 order = (True, False) if run % 2 == 0 else (False, True)
                 for extender in order:
                     name = f"tput-{mode}-{'with' if extender else 'without'}-{run}"
-                    got, failed = phase(e2e, name, extender, mode, args.pods)
+                    got, failed, cpu = phase(e2e, name, extender, mode, args.pods)
                     results.setdefault((mode, extender), []).append(got)
                     failures.append(failed)
                     print(f"run {run + 1} {mode:7} {'with' if extender else 'without':7} {got:7.1f} pods/s, "
-                          f"{failed:.0f} webhook calls failed", flush=True)
+                          f"{failed:.0f} webhook calls failed; CPU ms per pod: "
+                          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])),
+                          flush=True)
                     clean(e2e, name)
     finally:
         e2e.stop()

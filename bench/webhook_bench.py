@@ -1,5 +1,6 @@
-"""Benchmark: POST /mutate-batch-v1-job over TLS with keep-alive, against a bare aiohttp
-TLS handler that returns the very same response bytes, measured in the same run.
+"""Benchmark: POST /mutate-batch-v1-job over TLS with keep-alive, against a bare handler on the
+same HTTP layer and listener (gpuqueue.http11 behind gpuqueue.listener) that returns the very same
+response bytes, measured in the same run.
 
     /work/venv/bin/python bench/webhook_bench.py [--seconds 3] [--rounds 5] [--rate 500]
                                                  [--connections 8] [--python-load]
@@ -39,7 +40,6 @@ from pathlib import Path
 import bench_env  # noqa: E402  (the repository on sys.path, or one line saying why not)
 
 import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
 
 from tests import shared_fixtures  # noqa: E402
 from pinning import LOAD_CPU, SERVER_CPU, pin  # noqa: E402
@@ -122,19 +122,18 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes, path: str)
     from gpuqueue.tls import ReloadingTLS
     from gpuqueue.webhook.kueue_validation import NoCohorts
     from gpuqueue.jobframework.managed import StaticQueueView
+    from gpuqueue.http11 import JSON, Answer, Route, Server
     from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, settle_heap, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))
         if kind == "webhook":
-            app = AdmissionHandlers(WebhookSettings(), StaticQueueView(local_queues={("team-a", "default")}), NoCohorts()).app()
+            http = AdmissionHandlers(WebhookSettings(), StaticQueueView(local_queues={("team-a", "default")}),
+                                     NoCohorts()).server()
         else:
-            async def bare(request: web.Request) -> web.Response:
-                await request.read()
-                return web.Response(body=answer, content_type="application/json")
-            app = web.Application()
-            app.router.add_post(path, bare)
-        server = await start_server(app, "127.0.0.1", 0, tls.context)
+            bare = Answer(200, JSON, answer)
+            http = Server({path.encode(): Route(b"POST", lambda body, conn: bare)}, 8 * 1024 * 1024)
+        server = await start_server(http, "127.0.0.1", 0, tls.context)
         settle_heap()  # as `gpuqueue webhook` does; for both servers, so the comparison stays fair
         port_q.put(server.port)
         await asyncio.Event().wait()

@@ -282,3 +282,52 @@ async def test_an_observed_write_is_seen_at_once_and_the_lagging_watch_does_not_
         await inf.stop()
     rv0, rv1, rv2 = (o["metadata"]["resourceVersion"] for o in (first, written, later))
     assert [e for e in rec.log if e[0] == "update"] == [("update", "w", rv0, rv1), ("update", "w", rv1, rv2)]
+
+
+async def test_a_batch_of_watch_events_lets_other_ready_work_run_between_them():
+    """Events that arrive together (kube-apiserver sends what piled up in one write) are applied one
+    at a time, with the event loop free in between: an extender request that arrived meanwhile is
+    answered after one event's handlers, not after the whole batch."""
+    import orjson
+
+    batch = b"".join(orjson.dumps({"type": "ADDED", "object": {"metadata": {"name": f"w{i}", "resourceVersion": str(10 + i)}}})
+                     + b"\n" for i in range(50))
+    watches = 0
+
+    class Answer:
+        def __init__(self, body: bytes = b"", content: asyncio.StreamReader | None = None):
+            self.body, self.content = body, content
+
+        async def read(self) -> bytes:
+            return self.body
+
+        def release(self) -> None:
+            pass
+
+    async def list_func(*_, watch: bool = False, **__):
+        nonlocal watches
+        if not watch:
+            return Answer(orjson.dumps({"items": [], "metadata": {"resourceVersion": "1"}}))
+        watches += 1
+        reader = asyncio.StreamReader()
+        if watches == 1:
+            reader.feed_data(batch)  # the whole batch readable at once; later watches wait for more
+        return Answer(content=reader)
+
+    inf = Informer(list_func, name="batch")
+    added: list[str] = []
+    other_ran_after: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_add(obj):
+        added.append(obj["metadata"]["name"])
+        if len(added) == 1:
+            loop.call_soon(lambda: other_ran_after.append(len(added)))
+
+    inf.add_handler(on_add=on_add)
+    inf.start()
+    try:
+        await eventually(lambda: len(added) == 50)
+    finally:
+        await inf.stop()
+    assert other_ran_after and other_ran_after[0] <= 2, other_ran_after

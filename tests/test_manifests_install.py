@@ -305,13 +305,13 @@ def test_webhook_settings():
     assert paths == kinds | {"/validate-kueue", "/mutate--v1-pod", "/validate--v1-pod", "/validate--v1-binding",
                              "/validate-kueue-x-k8s-io-v1beta2-workload", "/warn-unqueued"}
     for path in paths:
-        assert path in {r.resource.canonical for r in webhook_routes()}, f"{path}: the webhook does not serve it"
+        assert path.encode() in webhook_routes(), f"{path}: the webhook does not serve it"
 
 
 def webhook_routes():
     from gpuqueue.webhook.app import handlers_without_cluster
 
-    return handlers_without_cluster().app().router.routes()
+    return handlers_without_cluster().routes()
 
 
 def test_labelled_jobs_are_mutated_and_validated_in_any_user_namespace():

@@ -1,4 +1,4 @@
-"""The extender's own HTTP/1.1 layer (extender/scheduler/http11.py) over real TLS, byte by byte:
+"""The extender's own HTTP/1.1 layer (gpuqueue/http11.py) over real TLS, byte by byte:
 what a client that is not aiohttp's may send (pipelined, chunked, Expect: 100-continue,
 HTTP/1.0, HEAD, garbage, huge headers, idle connections) gets an HTTP answer as any server
 would give it."""
@@ -11,7 +11,7 @@ import ssl
 import orjson
 import pytest
 
-from gpuqueue.extender.scheduler import http11 as http_server
+from gpuqueue import http11 as http_server
 from gpuqueue.extender.scheduler import start
 from tests.extender_support import scheduler_context
 from tests.test_scheduler_extender import FILTER_NCT, GH, fixture, job_pod, mixed_cluster, names_request, pki  # noqa: F401

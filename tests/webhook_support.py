@@ -140,7 +140,7 @@ async def running_webhook(cert_dir: Path, queues: QueueView | None = None, cohor
     tls = ReloadingTLS(cert_dir)
     handlers = AdmissionHandlers(settings or WebhookSettings(), queues or StaticQueueView(), cohorts or NoCohorts(),
                                  covered=lambda: covered, pods=pods or NoPods())
-    server = await start_server(handlers.app(), "127.0.0.1", 0, tls.context, limits)
+    server = await start_server(handlers.server(), "127.0.0.1", 0, tls.context, limits)
     connector = aiohttp.TCPConnector(ssl=client_context(cert_dir))
     session = aiohttp.ClientSession(connector=connector)
     try:

@@ -1,4 +1,5 @@
-"""The admission webhook HTTPS server (aiohttp): routes, body limits, answers.
+"""The admission webhook HTTPS server (``gpuqueue.http11`` behind ``gpuqueue.listener``): routes,
+body limits, answers.
 
 Every handler answers HTTP 200 with an AdmissionReview echoing the request's uid,
 whatever the body; only a body over the size limit gets HTTP 413 (it is not read,
@@ -20,8 +21,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from aiohttp import web
-
 from gpuqueue.jobframework.enforcement import EnforcementConfig
 from gpuqueue.jobframework.integration import GATE, Integration
 from gpuqueue.jobframework.kinds.pods import PodTemplateOwner
@@ -29,7 +28,8 @@ from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, StaticQu
 from gpuqueue.jobframework.mutation import mutate_job
 from gpuqueue.jobframework.registry import INTEGRATIONS, IntegrationsConfig
 from gpuqueue.jobframework.unqueued import enforced_requests, why_unqueued
-from gpuqueue.listener import ConnectionLimits, GuardedListener, guarded_connection
+from gpuqueue.http11 import JSON, TEXT, Answer, Connection, Route, Server
+from gpuqueue.listener import ConnectionLimits, GuardedListener
 from gpuqueue.webhook import pod_admission, review
 from gpuqueue.webhook.cluster import NoPods, PodLookup
 from gpuqueue.webhook.fielderrors import aggregate
@@ -81,10 +81,6 @@ class WebhookSettings:
     # Whether the API server keeps scheduling gates (1.27+): the pod integration needs them.
     scheduling_gates: bool = True
     server_version: str = ""  # as /version reports it, for messages
-
-
-def _json(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def _is_kind(req: review.AdmissionRequest, integration: Integration) -> bool:
@@ -259,71 +255,67 @@ class AdmissionHandlers:
         return review.deny(req.uid, f'{req.kind.kind}.{KUEUE_GROUP} "{req.name}" is invalid: {aggregate(errors)}')
 
     # -- HTTP ---------------------------------------------------------------------
-    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]
-                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        limit = self.settings.max_body
-        too_big = review.deny("", f"request body over the {limit} byte limit: refused without reading it",
-                              413, "RequestEntityTooLarge")
+    def _endpoint(self, decide: Callable[[review.AdmissionRequest], bytes | Awaitable[bytes]]) -> Route:
+        def crashed(uid: str) -> Answer:  # a bug must not become a 5xx (the API server would fail the request anyway)
+            log.exception("unexpected error answering review %s", uid)
+            return Answer(200, JSON, review.deny(uid, "internal error in the gpuqueue webhook; see its log", 500,
+                                                 "InternalError"))
 
-        async def handle(request: web.Request) -> web.Response:
-            if request.content_length is not None and request.content_length > limit:
-                return _json(too_big, 413)
+        async def later(uid: str, pending: Awaitable[bytes]) -> Answer:
             try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                return _json(too_big, 413)
-            except ConnectionError:  # the client left, or was cut off past the body timeout
-                return web.Response(status=408, text="request body not received in time\n")
-            guard = guarded_connection(request.transport)
-            if guard is not None:
-                guard.body_received()
+                return Answer(200, JSON, await pending)
+            except Exception:
+                return crashed(uid)
+
+        def handle(body: bytes, conn: Connection) -> Answer | Awaitable[Answer]:
             parsed = review.parse_review(body)
             if isinstance(parsed, review.ReviewError):
-                return _json(review.bad_request(parsed.uid, parsed.message))
+                return Answer(200, JSON, review.bad_request(parsed.uid, parsed.message))
             try:
                 answer = decide(parsed)
-                return _json(await answer if inspect.isawaitable(answer) else answer)
-            except Exception:  # a bug must not become a 5xx (the API server would fail the request anyway)
-                log.exception("unexpected error answering review %s", parsed.uid)
-                return _json(review.deny(parsed.uid, "internal error in the gpuqueue webhook; see its log", 500, "InternalError"))
+                return later(parsed.uid, answer) if inspect.isawaitable(answer) else Answer(200, JSON, answer)
+            except Exception:
+                return crashed(parsed.uid)
 
-        return handle
+        return Route(b"POST", handle)
 
-    async def healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(self, _: web.Request) -> web.Response:
+    def _readiness(self, body: bytes, conn: Connection) -> Answer:
         if self.ready():
-            return web.Response(text="ok\n")
-        return web.Response(text="queue view not synced yet\n", status=503)
+            return Answer(200, TEXT, b"ok\n")
+        return Answer(503, TEXT, b"queue view not synced yet\n")
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body)
+    def routes(self) -> dict[bytes, Route]:
+        """Every path served, Kueue's for each kind, and the probes."""
+        routes: dict[str, Route] = {}
         for integration in QUEUED_KINDS:
-            app.router.add_post(kind_path("mutate", integration),
-                                self._endpoint(lambda req, i=integration: self.mutate(req, i)))
+            routes[kind_path("mutate", integration)] = self._endpoint(lambda req, i=integration: self.mutate(req, i))
         for integration in VALIDATED_KINDS:
-            app.router.add_post(kind_path("validate", integration),
-                                self._endpoint(lambda req, i=integration: self.validate_job(req, i)))
+            routes[kind_path("validate", integration)] = self._endpoint(
+                lambda req, i=integration: self.validate_job(req, i))
         for integration in PARENT_KINDS:
-            app.router.add_post(kind_path("validate", integration),
-                                self._endpoint(lambda req, i=integration: self.validate_parent(req, i)))
-        app.router.add_post(VALIDATE_KUEUE_PATH, self._endpoint(self.validate_kueue))
-        app.router.add_post(MUTATE_POD_PATH, self._endpoint(self.mutate_pod))
-        app.router.add_post(VALIDATE_POD_PATH, self._endpoint(self.validate_pod))
-        app.router.add_post(VALIDATE_BINDING_PATH, self._endpoint(self.validate_binding))
-        app.router.add_post(VALIDATE_WORKLOAD_PATH, self._endpoint(self.validate_workload))
-        app.router.add_post(WARN_UNQUEUED_PATH, self._endpoint(self.warn_unqueued))
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        return app
+            routes[kind_path("validate", integration)] = self._endpoint(
+                lambda req, i=integration: self.validate_parent(req, i))
+        routes[VALIDATE_KUEUE_PATH] = self._endpoint(self.validate_kueue)
+        routes[MUTATE_POD_PATH] = self._endpoint(self.mutate_pod)
+        routes[VALIDATE_POD_PATH] = self._endpoint(self.validate_pod)
+        routes[VALIDATE_BINDING_PATH] = self._endpoint(self.validate_binding)
+        routes[VALIDATE_WORKLOAD_PATH] = self._endpoint(self.validate_workload)
+        routes[WARN_UNQUEUED_PATH] = self._endpoint(self.warn_unqueued)
+        routes["/healthz"] = Route(b"GET", lambda body, conn: Answer(200, TEXT, b"ok\n"))
+        routes["/readyz"] = Route(b"GET", self._readiness)
+        return {path.encode(): route for path, route in routes.items()}
+
+    def server(self) -> Server:
+        limit = self.settings.max_body
+        too_big = Answer(413, JSON, review.deny("", f"request body over the {limit} byte limit: refused without "
+                                                    f"reading it", 413, "RequestEntityTooLarge"))
+        return Server(self.routes(), limit, name="gpuqueue webhook", too_large=lambda size: too_big)
 
 
 @dataclass
 class RunningServer:
-    runner: web.AppRunner
+    server: Server
     listener: GuardedListener
-    draining: list[bool]  # one flag, read by the request_phases middleware
 
     @property
     def port(self) -> int:
@@ -334,45 +326,20 @@ class RunningServer:
         carries one more call at most, and the client's next one opens a connection the Service
         routes to a replica that stays. Closing them instead could race a call being sent, which
         kube-apiserver does not send again (a POST)."""
-        self.draining[0] = True
+        self.server.draining = True
 
     async def close(self) -> None:
         await self.listener.close()
-        await self.runner.cleanup()
+        await self.server.cleanup()
 
 
-def request_phases(draining: list[bool]):
-    """A middleware that tells the connection's guard when a request's headers are in and when its
-    answer is out, and while ``draining[0]`` (RunningServer.drain) closes the connection after the answer."""
-    @web.middleware
-    async def phases(request: web.Request, handler):
-        guard = guarded_connection(request.transport)
-        if guard is not None:
-            guard.request_started()
-        try:
-            response = await handler(request)
-            if draining[0]:
-                response.force_close()
-            return response
-        finally:
-            if guard is not None:
-                guard.request_finished()
-
-    return phases
-
-
-async def start_server(app: web.Application, host: str, port: int, ssl_context,
+async def start_server(server: Server, host: str, port: int, ssl_context,
                        limits: ConnectionLimits = ConnectionLimits()) -> RunningServer:
-    """Start serving ``app`` over TLS within ``limits``; port 0 picks a free port (see ``.port``)."""
-    draining = [False]
-    app.middlewares.append(request_phases(draining))
-    # The listener closes idle connections first (aborting them); aiohttp's own keep-alive timer
-    # would close them gracefully, waiting on the client's close_notify.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout + 5)
-    await runner.setup()
-    listener = GuardedListener(runner.server, ssl_context, limits)
+    """Start serving over TLS within ``limits``; port 0 picks a free port (see ``.port``). The
+    listener closes idle connections (aborting them), so the server's own idle timer is not started."""
+    listener = GuardedListener(server.connection, ssl_context, limits)
     await listener.listen(host, port)
-    return RunningServer(runner, listener, draining)
+    return RunningServer(server, listener)
 
 
 def settle_heap() -> None:

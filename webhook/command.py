@@ -148,7 +148,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
         if settings.integrations.enabled("pod"):
             settings = with_gates(settings, await server_version(api))
     handlers = AdmissionHandlers(settings, view, view, ready, covered, pods)
-    server = await start_server(handlers.app(), args.host, args.port, tls.context, limits)
+    server = await start_server(handlers.server(), args.host, args.port, tls.context, limits)
     settle_heap()
     log.info("webhook serving on https://%s:%d", args.host, server.port)
     try:

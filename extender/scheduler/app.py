@@ -16,7 +16,7 @@ import orjson
 from gpuqueue.tls import CA_FILE, ReloadingTLS
 from gpuqueue.extender.scheduler.catchup import WAIT_SECONDS
 from gpuqueue.extender.scheduler.memo import PodMemo
-from gpuqueue.extender.scheduler.http11 import JSON, TEXT, Answer, Connection, Route, Server
+from gpuqueue.http11 import JSON, TEXT, Answer, Connection, Route, Server
 from gpuqueue.extender.scheduler.verbs import filter_verb, preempt_verb, prioritize_verb
 from gpuqueue.extender.scheduler.view import ClusterView
 from gpuqueue.extender.scheduler.wire import filter_error, preemption_result

@@ -216,6 +216,10 @@ class Informer:
                 type_, obj = _decode_event(line)
                 got = True
                 await self._apply(type_, obj)
+                # readline() does not yield while lines are buffered: without this, a batch of
+                # events would hold the loop, and an extender /filter or webhook call behind it,
+                # until its last one is applied.
+                await asyncio.sleep(0)
         except ApiException as exc:
             if exc.status == 410:
                 raise _Expired() from exc

@@ -1,14 +1,16 @@
-"""A small HTTP/1.1 server for a fixed table of routes whose handlers are synchronous.
+"""A small HTTP/1.1 server for a fixed table of routes whose handlers are synchronous, serving
+the extender's verbs and the webhook's reviews.
 
-The extender's verbs are plain functions of the request body: nothing awaits. So each request
+The extender's verbs and the webhook's reviews are plain functions of the request body: nothing
+awaits. So each request
 is answered inside ``data_received`` as soon as its last byte is parsed, with no task, future,
 stream or request object per call; llhttp (``httptools``, in C) parses. A handler may instead
 return an awaitable answer (/filter waiting for its caches to catch up): then that connection's
 later requests wait their turn behind it (HTTP/1.1 answers in order, and each is judged after
 the one before it, as sent), while every other connection is served as before. Over the same TLS
 transport this costs a quarter of what aiohttp's ``web.Application`` did per request
-(bench/http_layer_bench.py); kube-scheduler calls an extender one pod at a time, so the HTTP
-layer is paid twice per pod.
+(bench/http_layer_bench.py); kube-scheduler calls an extender one pod at a time, and
+kube-apiserver calls the pod webhooks twice per GPU pod, so the HTTP layer is paid per pod.
 
 HTTP behaviour kept: keep-alive and HTTP/1.0, Content-Length and chunked bodies, pipelined
 requests answered in order, ``Expect: 100-continue``, 404 for an unknown path, 405 (with
@@ -19,6 +21,10 @@ connection is closed), and a connection idle for ``IDLE_SECONDS`` is closed. A c
 than ``MAX_AGE_SECONDS`` is closed after its next answer (``Connection: close``): kube-scheduler
 calls over one kept-alive connection, and a Service balances connections, not requests, so without
 this every call would go to the one replica that connection reached, for as long as it lives.
+While the server is ``draining`` every answer closes its connection.
+
+Behind ``gpuqueue.listener``'s GuardedListener (the webhook), the connection tells its guard
+when a request's headers are in, its body is, and its answer is out.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from email.utils import formatdate
 from typing import Awaitable, Callable, NamedTuple, Union
 
 import httptools
+
+from gpuqueue.listener import guarded_connection
 
 log = logging.getLogger("gpuqueue.extender")
 
@@ -85,6 +93,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: "Server") -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
+        self.guard = None  # the GuardedConnection around this one, if any
         self.parser = httptools.HttpRequestParser(self)
         self.last_active = self.opened = time.monotonic()
         self._peercert: dict | None | bool = False  # False: not looked up yet
@@ -102,6 +111,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.guard = guarded_connection(transport)
         self.server.connections.add(self)
 
     def connection_lost(self, exc) -> None:
@@ -117,12 +127,12 @@ class Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError:
             log.exception("answering an HTTP request failed")
-            self._finish(Answer(500, TEXT, b"gpuqueue extender: internal error"), close=True)
+            self._finish(self.server.text(500, "internal error"), close=True)
         except httptools.HttpParserUpgrade:
-            self._finish(_text(400, "gpuqueue extender: protocol upgrades are not served"), close=True)
+            self._finish(self.server.text(400, "protocol upgrades are not served"), close=True)
         except httptools.HttpParserError as exc:
             if not self.refused:
-                self._finish(_text(400, f"gpuqueue extender: malformed HTTP request: {exc}"), close=True)
+                self._finish(self.server.text(400, f"malformed HTTP request: {exc}"), close=True)
             elif self.transport is not None:
                 self.transport.close()
 
@@ -150,6 +160,8 @@ class Connection(asyncio.Protocol):
             self.expect_continue = True
 
     def on_headers_complete(self) -> None:
+        if self.guard is not None:
+            self.guard.request_started()
         if self.expect_continue and not self.refused:
             self.transport.write(_CONTINUE)
 
@@ -170,6 +182,8 @@ class Connection(asyncio.Protocol):
             return
         if self.parser.should_upgrade():  # llhttp stops before the body: data_received answers 400
             return
+        if self.guard is not None:
+            self.guard.body_received()
         path = self.url.split(b"?", 1)[0]
         body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
         self.chunks = []
@@ -205,7 +219,7 @@ class Connection(asyncio.Protocol):
             raise
         except Exception:  # noqa: BLE001 - the handler's own errors are answered by it; this is a bug
             log.exception("answering an HTTP request failed")
-            answer, close = Answer(500, TEXT, b"gpuqueue extender: internal error"), True
+            answer, close = self.server.text(500, "internal error"), True
         self._waiting = None
         self._finish(answer, close=close, head=method == b"HEAD")
         while self._queued and self._waiting is None and not self.transport.is_closing():
@@ -230,8 +244,7 @@ class Connection(asyncio.Protocol):
             if self._waiting is not None:  # its answer would overtake the one awaited
                 self.transport.close()
                 return
-            self._finish(_text(431, f"gpuqueue extender: request line and headers over {MAX_HEADER_BYTES} bytes"),
-                         close=True)
+            self._finish(self.server.text(431, f"request line and headers over {MAX_HEADER_BYTES} bytes"), close=True)
 
     def _refuse_body(self, size: int) -> None:
         if self.refused:
@@ -240,9 +253,7 @@ class Connection(asyncio.Protocol):
         if self._waiting is not None:  # its answer would overtake the one awaited
             self.transport.close()
             return
-        limit = self.server.max_request_bytes
-        self._finish(_text(413, f"gpuqueue extender: request body of {size} bytes or more is over the limit of "
-                                f"{limit} bytes (--max-request-bytes)"), close=False, closing=True)
+        self._finish(self.server.too_large(size), close=False, closing=True)
 
     def _finish(self, answer: Answer, close: bool, head: bool = False, allow: bytes | None = None,
                 closing: bool = False) -> None:
@@ -251,7 +262,7 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if not close and not self._queued and self.last_active - self.opened > MAX_AGE_SECONDS:
+        if not close and not self._queued and (self.server.draining or self.last_active - self.opened > MAX_AGE_SECONDS):
             close = True  # (nothing pipelined behind it: no request read is left unanswered)
         body = answer.body
         transport.write(b"".join((
@@ -261,21 +272,41 @@ class Connection(asyncio.Protocol):
             b"Allow: %s\r\n" % (b"GET, HEAD" if allow == b"GET" else allow) if allow else b"",
             b"Connection: close\r\n\r\n" if close or closing else b"\r\n",
             b"" if head else body)))
+        if self.guard is not None:
+            self.guard.request_finished()
         if close:
             transport.close()
 
 
 class Server:
     """Serves ``routes`` ({path: Route}) until ``cleanup()``; ``addresses`` are the bound
-    (host, port) pairs, as aiohttp's runners give them."""
+    (host, port) pairs, as aiohttp's runners give them. ``name`` starts the text of the answers
+    the server makes itself; ``too_large(size)`` is the answer to a body over
+    ``max_request_bytes`` (default: a line naming the limit)."""
 
-    def __init__(self, routes: dict[bytes, Route], max_request_bytes: int) -> None:
+    def __init__(self, routes: dict[bytes, Route], max_request_bytes: int, name: str = "gpuqueue extender",
+                 too_large: Callable[[int], Answer] | None = None) -> None:
         self.routes = routes
         self.max_request_bytes = max_request_bytes
+        self.name = name
+        self.draining = False
+        if too_large is not None:
+            self.too_large = too_large
         self.connections: set[Connection] = set()
         self.addresses: list[tuple] = []
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task] = []
+
+    def text(self, status: int, message: str) -> Answer:
+        return _text(status, f"{self.name}: {message}")
+
+    def too_large(self, size: int) -> Answer:
+        return self.text(413, f"request body of {size} bytes or more is over the limit of {self.max_request_bytes} "
+                              f"bytes (--max-request-bytes)")
+
+    def connection(self) -> Connection:
+        """A new connection's protocol, for a listener of the caller's (instead of ``listen``)."""
+        return Connection(self)
 
     async def listen(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
         self._server = await asyncio.get_running_loop().create_server(
