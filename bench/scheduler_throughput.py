@@ -13,7 +13,11 @@ kube-controller-manager's to 500, so client throttling is not what is measured. 
 - "without": kube-scheduler restarted without the extender; the same Job in a namespace with no
   LocalQueue and no queue label, which gpuqueue leaves alone.
 
-The webhooks serve every pod and binding in both. "backlog": kube-scheduler is stopped, the Job's
+- "bare" (``--bare``): as "without", but kube-scheduler calls an extender that does no work
+  (bench/bare_extender.py: /filter passes the first candidate, on the same HTTP layer and TLS):
+  what the call itself costs kube-scheduler, apart from what gpuqueue does to answer it.
+
+The webhooks serve every pod and binding in all of them. "backlog": kube-scheduler is stopped, the Job's
 pods are all created, then it is started and drains them. "live": kube-scheduler runs while the
 Job controller creates the pods. The figure: pods bound per second over the middle 80% of the
 bindings (the time the passive fake kubelet's pod watch saw each binding). Phases alternate with
@@ -21,16 +25,18 @@ and without, the order flipping each run; the result is the median of the runs a
 median without, per mode, with the spread.
 
     GPUQUEUE_E2E_K8S_BIN=... GPUQUEUE_E2E_ETCD=... GPUQUEUE_E2E_KUBECTL=... \\
-        python bench/scheduler_throughput.py [--nodes 500] [--pods 1000] [--runs 3] [--modes backlog,live]
+        python bench/scheduler_throughput.py [--nodes 500] [--pods 1000] [--runs 3] [--modes backlog,live] [--bare]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import socket
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import bench_env  # noqa: F401  (the repository on sys.path, or one line saying why not)
 
@@ -87,11 +93,31 @@ def writes(e2e: Cluster) -> dict[str, float]:
     return out
 
 
-def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tuple[float, float, dict[str, float]]:
+def start_bare_extender(e2e: Cluster, pack: int = 0):
+    """bench/bare_extender.py on a free port, and kube-scheduler's configuration entry for it."""
+    port = e2e.rc.free_ports(1)[0]
+    e2e.c.spawn("bare-extender", [sys.executable, str(Path(__file__).with_name("bare_extender.py")),
+                                  "--cert-dir", str(e2e.certs), "--port", str(port), "--pack", str(pack)])
+    e2e.wait_for("the bare extender listening", lambda: _listening(port), timeout=30, poll=0.2)
+    return e2e.rc.extender_from_cert_dir(f"https://127.0.0.1:{port}", str(e2e.certs))
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
+          bare=None) -> tuple[float, float, dict[str, float]]:
     """One Job's pods bound: the rate (see the module's docstring), the webhook calls that
     failed meanwhile (kube-apiserver's calling_webhook_error), and each process's CPU ms per pod
     from kube-scheduler's start (backlog) or the Job's creation (live) to the last binding."""
     c = e2e.c
+    extender = variant == "with"
+    scheduler_extender = {"with": c.extender, "without": None, "bare": bare}[variant]
     failed_before = failed_webhook_calls(e2e)
     e2e.namespace(name)
     if extender:
@@ -99,14 +125,14 @@ def phase(e2e: Cluster, name: str, extender: bool, mode: str, pods: int) -> tupl
     c.stop_scheduler()
     cpu0, w0 = {}, {}
     if mode == "live":
-        c.start_scheduler(extender=c.extender if extender else None)
+        c.start_scheduler(extender=scheduler_extender)
         cpu0, w0 = process_cpu(e2e), writes(e2e)
     e2e.apply(C.job(name, "tput", gpus=1, pods=pods, queue=QUEUE if extender else None))
     if extender:
         e2e.wait_for("the Job admitted", lambda: is_true(e2e.workload_of(name, "tput"), "Admitted"), timeout=120)
     if mode == "backlog":
         e2e.wait_for(f"{pods} pods created", lambda: len(e2e.job_pods(name, "tput")) >= pods, timeout=300, poll=1.0)
-        c.start_scheduler(extender=c.extender if extender else None)
+        c.start_scheduler(extender=scheduler_extender)
         cpu0, w0 = process_cpu(e2e), writes(e2e)
     uids: list[str] = []
 
@@ -137,6 +163,8 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--modes", default="backlog,live")
+    ap.add_argument("--bare", action="store_true", help="also run each mode with an extender that does no work")
+    ap.add_argument("--bare-pack", action="store_true", help="the bare extender packs pods onto nodes as gpuqueue does")
     args = ap.parse_args()
     why = missing()
     if why:
@@ -144,23 +172,24 @@ def main() -> None:
     modes = args.modes.split(",")
     e2e = Cluster(log=lambda msg: print(msg, flush=True), scheduler_client={"qps": 1000, "burst": 1000},
                   controller_manager_args=["--kube-api-qps=500", "--kube-api-burst=500"])
-    results: dict[tuple[str, bool], list[float]] = {}
+    results: dict[tuple[str, str], list[float]] = {}
+    variants = ["with", "without"] + (["bare"] if args.bare else [])
     failures: list[float] = []
     try:
         e2e.start()
         e2e.kubelet.passive = True
+        bare = start_bare_extender(e2e, GPUS_PER_NODE if args.bare_pack else 0) if args.bare else None
         setup(e2e, args.nodes)
         print(f"Kubernetes v{'.'.join(map(str, e2e.version))}; {args.nodes} nodes x {GPUS_PER_NODE} GPUs, "
               f"a Job of {args.pods} pods x 1 GPU per phase", flush=True)
         for run in range(args.runs):
             for mode in modes:
-                order = (True, False) if run % 2 == 0 else (False, True)
-                for extender in order:
-                    name = f"tput-{mode}-{'with' if extender else 'without'}-{run}"
-                    got, failed, cpu = phase(e2e, name, extender, mode, args.pods)
-                    results.setdefault((mode, extender), []).append(got)
+                for variant in (variants if run % 2 == 0 else variants[::-1]):
+                    name = f"tput-{mode}-{variant}-{run}"
+                    got, failed, cpu = phase(e2e, name, variant, mode, args.pods, bare)
+                    results.setdefault((mode, variant), []).append(got)
                     failures.append(failed)
-                    print(f"run {run + 1} {mode:7} {'with' if extender else 'without':7} {got:7.1f} pods/s, "
+                    print(f"run {run + 1} {mode:7} {variant:7} {got:7.1f} pods/s, "
                           f"{failed:.0f} webhook calls failed; CPU ms per pod: "
                           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])),
                           flush=True)
@@ -171,11 +200,13 @@ def main() -> None:
           f"median of {args.runs} alternating runs (real control plane):")
     print(f"  webhook calls failed (calling_webhook_error), all phases: {sum(failures):.0f}")
     for mode in modes:
-        w, wo = results.get((mode, True), []), results.get((mode, False), [])
+        w, wo, b = (results.get((mode, v), []) for v in ("with", "without", "bare"))
         if w and wo:
             print(f"  {mode:7} with {statistics.median(w):6.1f} pods/s ({min(w):.1f}-{max(w):.1f}), without "
                   f"{statistics.median(wo):6.1f} ({min(wo):.1f}-{max(wo):.1f}): "
-                  f"ratio {statistics.median(w) / statistics.median(wo):.2f}")
+                  f"ratio {statistics.median(w) / statistics.median(wo):.2f}"
+                  + (f"; bare extender {statistics.median(b):6.1f} ({min(b):.1f}-{max(b):.1f}): "
+                     f"ratio {statistics.median(b) / statistics.median(wo):.2f}" if b else ""))
 
 
 if __name__ == "__main__":

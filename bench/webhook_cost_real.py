@@ -14,7 +14,8 @@ for them at all; before, they are called as GPU pods are.
 
 Per phase: the webhook process's CPU (user+system, /proc) over the phase divided by the pods
 created; kube-apiserver's own figures for the calls (apiserver_admission_webhook_admission_duration_seconds
-for pod.gpuqueue.io, p50/p99 from its buckets, and apiserver_admission_webhook_rejection_count with
+for pod.gpuqueue.io, p50/p99 interpolated within its buckets, whose edges are 5, 25 and 100 ms, and the share of calls
+within 5 and within 25 ms; and apiserver_admission_webhook_rejection_count with
 error_type calling_webhook_error: calls that failed); the creations that failed (any answer but 201);
 and the most connections to the webhook seen open during the phase (ss).
 
@@ -136,6 +137,16 @@ def quantile(before: dict[str, float], after: dict[str, float], q: float) -> flo
     return float("inf")
 
 
+def share_within(before: dict[str, float], after: dict[str, float], le: float) -> float:
+    """The percentage of a histogram's observations between two scrapes that fell within ``le``
+    seconds, a bucket edge (kube-apiserver's webhook buckets: 5 ms, 25 ms, 100 ms, ...)."""
+    edge = next((k for k in after if k not in ("", "+Inf") and abs(float(k) - le) < 1e-9), None)
+    total = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+    if edge is None or total <= 0:
+        return float("nan")
+    return 100.0 * (after[edge] - before.get(edge, 0.0)) / total
+
+
 def phase(e2e: Cluster, name: str, pods: int, rate: float, gpu: bool) -> dict:
     e2e.restart_webhook()
     e2e.namespace(name)
@@ -156,6 +167,7 @@ def phase(e2e: Cluster, name: str, pods: int, rate: float, gpu: bool) -> dict:
     calls = (admit_a.get("+Inf", 0.0) - admit_b.get("+Inf", 0.0)) + (valid_a.get("+Inf", 0.0) - valid_b.get("+Inf", 0.0))
     return {"rate": pods / wall, "calls": calls / pods, "cpu_ms": (cpu1 - cpu0) / pods * 1000,
             "admit_p50": quantile(admit_b, admit_a, 0.5) * 1000, "admit_p99": quantile(admit_b, admit_a, 0.99) * 1000,
+            "admit_le5ms": share_within(admit_b, admit_a, 0.005), "admit_le25ms": share_within(admit_b, admit_a, 0.025),
             "valid_p99": quantile(valid_b, valid_a, 0.99) * 1000, "webhook_errors": errors,
             "failed": sum(v for k, v in statuses.items() if k != 201), "max_conns": max(conns, default=0)}
 
@@ -195,7 +207,8 @@ def main() -> None:
         e2e.stop()
     print(f"\nKubernetes v{version}, pods at {args.rate:g}/s, {args.pods} per phase, "
           f"median (min-max) of {args.runs} alternating runs (real control plane):")
-    keys = ("rate", "calls", "cpu_ms", "admit_p50", "admit_p99", "valid_p99", "webhook_errors", "failed", "max_conns")
+    keys = ("rate", "calls", "cpu_ms", "admit_p50", "admit_p99", "admit_le5ms", "admit_le25ms", "valid_p99",
+            "webhook_errors", "failed", "max_conns")
     print(f"{'':8}" + "".join(f"{k:>22}" for k in keys))
     for kind in kinds:
         rows = results[kind]

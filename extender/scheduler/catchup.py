@@ -20,7 +20,8 @@ Not yet (waited for):
   pods named for a queue, owned by a suspended Job or by nothing that exists, updated at will)
   would hold kube-scheduler's cycle for the whole wait. An admission is a Workload write, so its
   event ends the quiet;
-- a candidate node is missing from the node cache.
+- a candidate node is missing from the node cache, and no candidate it holds takes the pod (when
+  one does, the pod goes there at once: kube-scheduler's cycle waits on this answer).
 
 Final at once: a pod the cache holds at the request's version or later, a uid naming another
 pod, a uid the pod cache saw deleted, a request without a uid.
@@ -57,7 +58,7 @@ def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: Filter
         if not view.workloads_quiet and view.workloads_behind(meta.resource_version):
             return ADMISSION
         return None
-    if result is not None and (result.failed or result.unresolvable):  # only refused names are looked at
+    if result is not None and not result.passed and (result.failed or result.unresolvable):
         missing = next((n for n, why in result.reasons().items() if why == NOT_CACHED), None)
         return f"node {missing}" if missing is not None else None
     return None
