@@ -123,7 +123,8 @@ def _serve(kind: str, cert_dir: str, port_q: mp.Queue, answer: bytes, path: str)
     from gpuqueue.webhook.kueue_validation import NoCohorts
     from gpuqueue.jobframework.managed import StaticQueueView
     from gpuqueue.http11 import JSON, Answer, Route, Server
-    from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, settle_heap, start_server
+    from gpuqueue.heap import settle_heap
+    from gpuqueue.webhook.app import AdmissionHandlers, WebhookSettings, start_server
 
     async def main() -> None:
         tls = ReloadingTLS(Path(cert_dir))

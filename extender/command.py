@@ -12,6 +12,8 @@ import socket
 import sys
 from pathlib import Path
 
+from gpuqueue.heap import settle_heap
+
 log = logging.getLogger("gpuqueue.extender")
 
 
@@ -166,7 +168,9 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await ctl.start()
+    settle = loop.create_task(_settle_once_synced(ctl))
     await stop.wait()
+    settle.cancel()
     await ctl.stop()
     for t in tls_tasks:
         t.cancel()
@@ -175,6 +179,12 @@ async def serve(args: argparse.Namespace) -> int:
         await server.cleanup()
     await api.close()
     return 0
+
+
+async def _settle_once_synced(ctl) -> None:
+    """The caches as first listed are most of the heap and live on: out of the collector's sight."""
+    await ctl.wait_synced()
+    settle_heap()
 
 
 def run(args: argparse.Namespace) -> int:

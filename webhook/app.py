@@ -15,7 +15,6 @@ pod of a binding that no scheduler makes (``PodLookup``).
 
 from __future__ import annotations
 
-import gc
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -340,14 +339,6 @@ async def start_server(server: Server, host: str, port: int, ssl_context,
     listener = GuardedListener(server.connection, ssl_context, limits)
     await listener.listen(host, port)
     return RunningServer(server, listener)
-
-
-def settle_heap() -> None:
-    """Move everything allocated at start-up (modules, the app) out of the garbage collector's
-    sight: each review allocates a Job's worth of dicts, which triggers collections, and a full
-    collection would otherwise walk the whole start-up heap (milliseconds, every few hundred reviews)."""
-    gc.collect()
-    gc.freeze()
 
 
 def handlers_without_cluster(settings: WebhookSettings | None = None) -> AdmissionHandlers:

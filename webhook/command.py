@@ -123,7 +123,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> 
     from kubernetes_asyncio import client
 
     from gpuqueue.kube.config import ClusterConfigError, load_config
-    from gpuqueue.webhook.app import AdmissionHandlers, settle_heap, start_server
+    from gpuqueue.heap import settle_heap
+    from gpuqueue.webhook.app import AdmissionHandlers, start_server
     from gpuqueue.webhook.cluster import ApiPods, NoPods, WatchedQueueView, server_version, watch_cluster
 
     settings = load_settings(args)
