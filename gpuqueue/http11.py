@@ -42,7 +42,7 @@ import httptools
 
 from gpuqueue.listener import guarded_connection
 
-log = logging.getLogger("gpuqueue.extender")
+log = logging.getLogger("gpuqueue.http11")
 
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
