@@ -31,7 +31,6 @@ median without, per mode, with the spread.
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 import statistics
 import sys
@@ -44,7 +43,7 @@ from tests.e2e import cases as C  # noqa: E402
 from tests.e2e.env import missing  # noqa: E402
 from tests.e2e.harness import GH200, Cluster, is_true  # noqa: E402
 from bench_env import cpu_seconds  # noqa: E402
-from webhook_cost_real import LINE, failed_webhook_calls, scrape  # noqa: E402
+from webhook_cost_real import failed_webhook_calls, samples, scrape  # noqa: E402
 
 GPUS_PER_NODE = 8
 QUEUE = "tput"
@@ -81,15 +80,11 @@ def process_cpu(e2e: Cluster) -> dict[str, float]:
 def writes(e2e: Cluster) -> dict[str, float]:
     """kube-apiserver's count of write requests so far, by verb, resource and subresource."""
     out: dict[str, float] = {}
-    for line in scrape(e2e).splitlines():
-        m = LINE.match(line)
-        if not m or m.group(1) != "apiserver_request_total":
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+    for labels, value in samples(scrape(e2e), "apiserver_request_total"):
         if labels.get("verb") in ("GET", "LIST", "WATCH", "CONNECT"):
             continue
         key = f"{labels.get('verb')} {labels.get('resource')}{'/' + labels['subresource'] if labels.get('subresource') else ''}"
-        out[key] = out.get(key, 0.0) + float(m.group(3))
+        out[key] = out.get(key, 0.0) + value
     return out
 
 

@@ -104,16 +104,20 @@ def scrape(e2e: Cluster) -> str:
 LINE = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+|\+Inf)$')
 
 
+def samples(text: str, metric: str):
+    """(labels, value) of each of ``metric``'s samples in a /metrics text."""
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m and m.group(1) == metric:
+            yield dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))
+
+
 def series(text: str, metric: str, **match: str) -> dict[str, float]:
     """Sum of ``metric``'s samples whose labels include ``match``, keyed by the `le` label (or '')."""
     out: dict[str, float] = defaultdict(float)
-    for line in text.splitlines():
-        m = LINE.match(line)
-        if not m or m.group(1) != metric:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+    for labels, value in samples(text, metric):
         if all(labels.get(k) == v for k, v in match.items()):
-            out[labels.get("le", "")] += float(m.group(3))
+            out[labels.get("le", "")] += value
     return out
 
 
