@@ -25,43 +25,64 @@ def strip_managed_fields(obj: dict) -> dict:
     return obj
 
 
-def _compile(path: str) -> list[tuple[str, bool]]:
-    """`spec.containers[].env` -> [("spec", False), ("containers", True), ("env", False)]."""
-    steps = []
-    for part in path.split("."):
-        if not part:
+# A compiled set of paths: field name -> what to do there. None: drop the field; (each, tree):
+# walk into it (into every element when ``each``, the path's ``[]``) and apply ``tree``.
+_Tree = dict[str, "tuple[bool, _Tree] | None"]
+
+
+def _compile(paths: Iterable[str]) -> _Tree:
+    """`spec.volumes`, `spec.containers[].env` -> {"spec": (False, {"volumes": None,
+    "containers": (True, {"env": None})})}: every object is walked once, whatever the number of
+    paths. A field dropped whole makes any deeper path under it moot."""
+    tree: _Tree = {}
+    for path in paths:
+        parts = path.split(".")
+        if not all(parts):
             raise ValueError(f"transform path {path!r}: an empty field name")
-        each = part.endswith("[]")
-        steps.append((part[:-2] if each else part, each))
-    if steps[-1][1]:
-        raise ValueError(f"transform path {path!r}: must end in a field, not a list step")
-    return steps
+        if parts[-1].endswith("[]"):
+            raise ValueError(f"transform path {path!r}: must end in a field, not a list step")
+        node: _Tree | None = tree
+        for i, part in enumerate(parts):
+            each = part.endswith("[]")
+            name = part[:-2] if each else part
+            if i == len(parts) - 1:
+                node[name] = None
+                break
+            step = node.get(name, (each, {}))
+            if step is None:
+                break  # the field is dropped whole already
+            if step[0] != each:
+                raise ValueError(f"transform path {path!r}: {name} is a list in one path and not in another")
+            node[name] = step
+            node = step[1]
+    return tree
 
 
-def _drop(node, steps: list[tuple[str, bool]]) -> None:
+def _drop(node, tree: _Tree) -> None:
     if not isinstance(node, dict):
         return
-    name, each = steps[0]
-    if len(steps) == 1:
-        node.pop(name, None)
-        return
-    child = node.get(name)
-    if each:
-        if isinstance(child, list):
+    for name, step in tree.items():
+        if step is None:
+            node.pop(name, None)
+            continue
+        child = node.get(name)
+        if child is None:
+            continue
+        each, sub = step
+        if not each:
+            _drop(child, sub)
+        elif isinstance(child, list):
             for item in child:
-                _drop(item, steps[1:])
-    else:
-        _drop(child, steps[1:])
+                _drop(item, sub)
 
 
 def dropping(paths: Iterable[str]) -> Transform:
     """A transform that removes these fields (and managedFields) wherever they are present."""
-    compiled = [_compile(p) for p in paths]
+    tree = _compile(paths)
 
     def transform(obj: dict) -> dict:
         strip_managed_fields(obj)
-        for steps in compiled:
-            _drop(obj, steps)
+        _drop(obj, tree)
         return obj
 
     return transform
