@@ -9,7 +9,7 @@ and the benchmark."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Protocol, Union
 
 from gpuqueue.api.base import ObjectMeta
@@ -62,6 +62,9 @@ class CachedPod:
                    labels={k: v for k, v in meta.labels.items() if k in POD_KEYS},
                    annotations={k: v for k, v in meta.annotations.items() if k in POD_KEYS},
                    resource_version=meta.resource_version or "")
+
+    def at_version(self, resource_version: str) -> "CachedPod":
+        return replace(self, resource_version=resource_version)
 
     @property
     def gpus(self) -> int:

@@ -44,6 +44,14 @@ def _controller_uid(meta: Mapping) -> str | None:
     return None
 
 
+def _without(obj, key: str):
+    """A dict less one key (the dict itself when it lacks it); anything else as it is."""
+    if isinstance(obj, dict) and key in obj:
+        obj = dict(obj)
+        del obj[key]
+    return obj
+
+
 def revision(resource_version: str | None) -> int:
     """A resourceVersion as the integer etcd makes it (0: none, or not one)."""
     return int(resource_version) if isinstance(resource_version, str) and resource_version.isdigit() else 0
@@ -140,12 +148,16 @@ class CacheView(ViewIndexes):
         self._nodes.remove_node((obj.get("metadata") or {}).get("name", ""))
         self.touched()
 
-    def upsert_pod(self, obj: dict) -> None:
-        try:
-            pod = self.put_pod(CachedPod.of(Pod.model_validate(obj)))
-        except ValidationError as exc:
-            log.warning("pod %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
-            return
+    def upsert_pod(self, obj: dict, old: dict | None = None) -> None:
+        """``old``: the version of the pod the cache held before ``obj`` (a watch update)."""
+        pod = self._held_pod_at(obj, old) if old is not None else None
+        if pod is None:
+            try:
+                pod = CachedPod.of(Pod.model_validate(obj))
+            except ValidationError as exc:
+                log.warning("pod %s ignored: %s", (obj.get("metadata") or {}).get("name"), exc)
+                return
+        self.put_pod(pod)
         phase = (obj.get("status") or {}).get("phase")
         node = (obj.get("spec") or {}).get("nodeName")
         if phase in _TERMINATED:
@@ -154,6 +166,22 @@ class CacheView(ViewIndexes):
             rest = {r: v for r, v in pod.requests.items() if r != GPU_RESOURCE}
             # counted with its pod set's other pods (a Job's: under the Job's uid, as before)
             self._nodes.bind(pod.uid, node, pod.gpus, rest, count_key(self, pod))
+
+    def _held_pod_at(self, obj: dict, old: dict) -> CachedPod | None:
+        """The CachedPod made from ``old``, at ``obj``'s resourceVersion, when the two versions
+        differ in nothing a CachedPod is made of: only in their resourceVersion, the spec's
+        nodeName (a binding) or the status. Most updates of a pod are those (a scheduling drain's
+        one or two per pod), and the full read of the object is what the pod watch costs."""
+        meta, old_meta = obj.get("metadata"), old.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(old_meta, dict):
+            return None
+        held = self.pod(meta.get("uid") or "")
+        if held is None or not held.resource_version or held.resource_version != old_meta.get("resourceVersion"):
+            return None
+        if (_without(meta, "resourceVersion") != _without(old_meta, "resourceVersion")
+                or _without(obj.get("spec"), "nodeName") != _without(old.get("spec"), "nodeName")):
+            return None
+        return held.at_version(meta.get("resourceVersion") or "")
 
     def remove_pod(self, obj: dict) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -228,7 +256,8 @@ class ControllerClusterView(CacheView):
             informers[name].add_handler(on_add=upsert, on_update=lambda old, new: upsert(new), on_delete=remove)
 
         on("nodes", self.upsert_node, self.remove_node)
-        on("pods", self.upsert_pod, self.remove_pod)
+        informers["pods"].add_handler(on_add=self.upsert_pod, on_update=lambda old, new: self.upsert_pod(new, old),
+                                      on_delete=self.remove_pod)
         on("jobs", self.upsert_job, self.remove_job)
         for kind in ctl.crd_kinds:  # every other kind it queues, and the owners between them and their pods
             if kind.kind in BY_KIND:
@@ -260,9 +289,9 @@ class ControllerClusterView(CacheView):
         for pod in self.ctl.informers["pods"].list():
             CacheView.upsert_pod(self, pod)
 
-    def upsert_pod(self, obj: dict) -> None:
+    def upsert_pod(self, obj: dict, old: dict | None = None) -> None:
         self._recount_once_synced()
-        super().upsert_pod(obj)
+        super().upsert_pod(obj, old)
 
     def upsert_owner(self, kind: str, obj: dict) -> None:
         self._recount_once_synced()
