@@ -22,7 +22,10 @@ pods are all created, then it is started and drains them. "live": kube-scheduler
 Job controller creates the pods. The figure: pods bound per second over the middle 80% of the
 bindings (the time the passive fake kubelet's pod watch saw each binding). Phases alternate with
 and without, the order flipping each run; the result is the median of the runs and its ratio to the
-median without, per mode, with the spread.
+median without, per mode, with the spread. Each phase also prints each process's CPU per pod,
+kube-apiserver's writes per pod, and kube-scheduler's own mean time per scheduling attempt (its
+scheduling algorithm: its filters, the extender's call and its scores, the serial step of every
+pod; and its Filter and Score extension points alone), read from its /metrics before it restarts.
 
     GPUQUEUE_E2E_K8S_BIN=... GPUQUEUE_E2E_ETCD=... GPUQUEUE_E2E_KUBECTL=... \\
         python bench/scheduler_throughput.py [--nodes 500] [--pods 1000] [--runs 3] [--modes backlog,live] [--bare]
@@ -31,11 +34,14 @@ median without, per mode, with the spread.
 from __future__ import annotations
 
 import argparse
+import re
 import socket
+import ssl
 import statistics
 import sys
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import bench_env  # noqa: F401  (the repository on sys.path, or one line saying why not)
 
@@ -85,6 +91,31 @@ def writes(e2e: Cluster) -> dict[str, float]:
             continue
         key = f"{labels.get('verb')} {labels.get('resource')}{'/' + labels['subresource'] if labels.get('subresource') else ''}"
         out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def scheduler_metrics(e2e: Cluster) -> dict[str, float]:
+    """kube-scheduler's own cumulative timings since it started (it restarts every phase), in
+    seconds, with the count of each: its scheduling algorithm (filters, the extender's calls,
+    scores: the serial step of every pod) and its Filter extension point (its own filters)."""
+    c = e2e.c
+    ctx = ssl.create_default_context(cafile=c.path("pki", "ca.crt"))
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.load_cert_chain(c.path("pki", "admin.crt"), c.path("pki", "admin.key"))
+    with urlopen(f"https://127.0.0.1:{c.ports['scheduler']}/metrics", context=ctx, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for key, metric, labels in (("algorithm", "scheduler_scheduling_algorithm_duration_seconds", ""),
+                                ("filter", "scheduler_framework_extension_point_duration_seconds",
+                                 'extension_point="Filter"'),
+                                ("score", "scheduler_framework_extension_point_duration_seconds",
+                                 'extension_point="Score"')):
+        for part in ("sum", "count"):
+            total = 0.0
+            for m in re.finditer(rf"^{metric}_{part}(?:{{([^}}]*)}})? ([0-9.e+-]+)$", text, re.M):
+                if labels in (m.group(1) or ""):
+                    total += float(m.group(2))
+            out[f"{key}_{part}"] = total
     return out
 
 
@@ -139,6 +170,13 @@ def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
 
     e2e.wait_for(f"{pods} pods bound", all_bound, timeout=600, poll=0.2)
     cpu1, w1 = process_cpu(e2e), writes(e2e)
+    try:
+        m = scheduler_metrics(e2e)
+        print("  kube-scheduler ms per attempt: " + ", ".join(
+            f"{k} {m[k + '_sum'] * 1000 / m[k + '_count']:.2f} ({m[k + '_count']:.0f})"
+            for k in ("algorithm", "filter", "score") if m[k + "_count"]), flush=True)
+    except OSError as exc:
+        print(f"  kube-scheduler's /metrics: {exc}", flush=True)
     per_pod = {k: (cpu1[k] - cpu0[k]) * 1000 / pods for k in cpu1 if k in cpu0}
     wrote = {k: (v - w0.get(k, 0.0)) / pods for k, v in w1.items() if v - w0.get(k, 0.0) > 0}
     print("  writes per pod: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(wrote.items(), key=lambda kv: -kv[1])),
