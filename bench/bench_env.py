@@ -29,3 +29,17 @@ def cpu_seconds(pid: int) -> float:
 
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_queue_wait(pid: int) -> tuple[float, int]:
+    """Seconds the threads of a live process have spent runnable but waiting for a CPU, and the
+    times they were put on one (/proc/PID/task/*/schedstat, the kernel's schedstats)."""
+    wait, slices = 0.0, 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            _, waited, ran = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        wait += int(waited) / 1e9
+        slices += int(ran)
+    return wait, slices

@@ -48,7 +48,7 @@ import bench_env  # noqa: F401  (the repository on sys.path, or one line saying 
 from tests.e2e import cases as C  # noqa: E402
 from tests.e2e.env import missing  # noqa: E402
 from tests.e2e.harness import GH200, Cluster, is_true  # noqa: E402
-from bench_env import cpu_seconds  # noqa: E402
+from bench_env import cpu_seconds, run_queue_wait  # noqa: E402
 from webhook_cost_real import failed_webhook_calls, samples, scrape  # noqa: E402
 
 GPUS_PER_NODE = 8
@@ -70,16 +70,18 @@ def rate(times: list[float]) -> float:
     return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else float("inf")
 
 
-def process_cpu(e2e: Cluster) -> dict[str, float]:
-    """CPU seconds so far of each live process of the cluster (kube-scheduler under one name
-    whether or not it has the extender)."""
+def process_cpu(e2e: Cluster) -> dict[str, tuple[float, float, int]]:
+    """Of each live process of the cluster (kube-scheduler under one name whether or not it has
+    the extender), so far: CPU seconds, seconds waited for a CPU, times put on one."""
     out = {}
     for p in e2e.c.procs:
         if p.pid is not None and p.alive():
             try:
-                out[p.name] = out.get(p.name, 0.0) + cpu_seconds(p.pid)
+                cpu, (waited, slices) = cpu_seconds(p.pid), run_queue_wait(p.pid)
             except OSError:
-                pass
+                continue
+            was = out.get(p.name, (0.0, 0.0, 0))
+            out[p.name] = (was[0] + cpu, was[1] + waited, was[2] + slices)
     return out
 
 
@@ -177,7 +179,11 @@ def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
             for k in ("algorithm", "filter", "score") if m[k + "_count"]), flush=True)
     except OSError as exc:
         print(f"  kube-scheduler's /metrics: {exc}", flush=True)
-    per_pod = {k: (cpu1[k] - cpu0[k]) * 1000 / pods for k in cpu1 if k in cpu0}
+    per_pod = {k: (cpu1[k][0] - cpu0[k][0]) * 1000 / pods for k in cpu1 if k in cpu0}
+    waits = {k: ((cpu1[k][1] - cpu0[k][1]) * 1000 / pods, (cpu1[k][1] - cpu0[k][1]) * 1e6 / max(cpu1[k][2] - cpu0[k][2], 1))
+             for k in cpu1 if k in cpu0}
+    print("  waited for a CPU, ms per pod (us per wake-up): " + ", ".join(
+        f"{k} {ms:.2f} ({us:.0f})" for k, (ms, us) in sorted(waits.items(), key=lambda kv: -kv[1][0])), flush=True)
     wrote = {k: (v - w0.get(k, 0.0)) / pods for k, v in w1.items() if v - w0.get(k, 0.0) > 0}
     print("  writes per pod: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(wrote.items(), key=lambda kv: -kv[1])),
           flush=True)

@@ -37,10 +37,17 @@ def _edit(pod: dict, what: str) -> dict:
         spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
     elif what == "name":
         meta["name"] = "p-1"
+    elif what == "deleted":
+        meta.update(deletionTimestamp="2026-12-07T22:37:23Z", deletionGracePeriodSeconds=30, generation=2)
+    elif what == "node selector":
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}
     return new
 
 
-@pytest.mark.parametrize("what", ["binding", "label", "annotation", "owner dropped", "toleration", "resized", "name"])
+EDITS = ["binding", "deleted", "label", "annotation", "owner dropped", "toleration", "resized", "name", "node selector"]
+
+
+@pytest.mark.parametrize("what", EDITS)
 def test_after_an_update_the_pod_is_judged_as_a_full_read_of_the_new_version_gives(what):
     view = _view()
     old = _pod("30")
@@ -51,6 +58,12 @@ def test_after_an_update_the_pod_is_judged_as_a_full_read_of_the_new_version_giv
     assert held == CachedPod.of(Pod.model_validate(new))
     assert held.resource_version == "31"
     assert view.nodes.pod_node("pod-uid") == ("n-1", True)
+
+
+def test_only_a_binding_a_status_or_a_deletion_makes_the_same_cached_pod():
+    old = _pod("30")
+    alike = {what for what in EDITS if CachedPod.made_alike(_edit(old, what), old)}
+    assert alike == {"binding", "deleted"}
 
 
 def test_an_update_from_a_version_the_view_did_not_take_in_is_read_in_full():

@@ -53,6 +53,28 @@ class CachedPod:
     def __post_init__(self) -> None:
         object.__setattr__(self, "requested", frozenset(r for r, v in self.requests.items() if v > 0))
 
+    # What ``of`` reads of a pod's metadata besides its resourceVersion: keep in step with it.
+    METADATA_READ = ("uid", "namespace", "name", "ownerReferences", "labels", "annotations")
+
+    @staticmethod
+    def made_alike(obj: dict, other: dict) -> bool:
+        """Whether ``of`` makes the same CachedPod of the two versions of a pod, but for the
+        resourceVersion: they differ only in what it does not read (the spec's nodeName, the
+        status, the metadata outside METADATA_READ: a binding, a status update, a deletion's
+        timestamp and generation)."""
+        meta, other_meta = obj.get("metadata"), other.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(other_meta, dict):
+            return False
+        spec, other_spec = obj.get("spec"), other.get("spec")
+        if isinstance(spec, dict) and isinstance(other_spec, dict):
+            if spec.keys() - {"nodeName"} != other_spec.keys() - {"nodeName"}:
+                return False
+            if any(v != other_spec[k] for k, v in spec.items() if k != "nodeName"):
+                return False
+        elif spec != other_spec:
+            return False
+        return all(meta.get(k) == other_meta.get(k) for k in CachedPod.METADATA_READ)
+
     @classmethod
     def of(cls, pod: Pod) -> "CachedPod":
         """From the pod's object; requests as Kubernetes counts them (``api.podrequests``)."""

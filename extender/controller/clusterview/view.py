@@ -44,14 +44,6 @@ def _controller_uid(meta: Mapping) -> str | None:
     return None
 
 
-def _without(obj, key: str):
-    """A dict less one key (the dict itself when it lacks it); anything else as it is."""
-    if isinstance(obj, dict) and key in obj:
-        obj = dict(obj)
-        del obj[key]
-    return obj
-
-
 def revision(resource_version: str | None) -> int:
     """A resourceVersion as the integer etcd makes it (0: none, or not one)."""
     return int(resource_version) if isinstance(resource_version, str) and resource_version.isdigit() else 0
@@ -168,18 +160,14 @@ class CacheView(ViewIndexes):
             self._nodes.bind(pod.uid, node, pod.gpus, rest, count_key(self, pod))
 
     def _held_pod_at(self, obj: dict, old: dict) -> CachedPod | None:
-        """The CachedPod made from ``old``, at ``obj``'s resourceVersion, when the two versions
-        differ in nothing a CachedPod is made of: only in their resourceVersion, the spec's
-        nodeName (a binding) or the status. Most updates of a pod are those (a scheduling drain's
-        one or two per pod), and the full read of the object is what the pod watch costs."""
-        meta, old_meta = obj.get("metadata"), old.get("metadata")
-        if not isinstance(meta, dict) or not isinstance(old_meta, dict):
-            return None
+        """The CachedPod made from ``old``, at ``obj``'s resourceVersion, when ``obj`` would make
+        the same one (CachedPod.made_alike). Most updates of a pod are such (its binding, its
+        status, its deletion), and a full read of the object is most of what the pod watch costs."""
+        meta = obj.get("metadata") or {}
         held = self.pod(meta.get("uid") or "")
-        if held is None or not held.resource_version or held.resource_version != old_meta.get("resourceVersion"):
-            return None
-        if (_without(meta, "resourceVersion") != _without(old_meta, "resourceVersion")
-                or _without(obj.get("spec"), "nodeName") != _without(old.get("spec"), "nodeName")):
+        if (held is None or not held.resource_version
+                or held.resource_version != (old.get("metadata") or {}).get("resourceVersion")
+                or not CachedPod.made_alike(obj, old)):
             return None
         return held.at_version(meta.get("resourceVersion") or "")
 
