@@ -67,11 +67,8 @@ class CachedPod:
             return False
         spec, other_spec = obj.get("spec"), other.get("spec")
         if isinstance(spec, dict) and isinstance(other_spec, dict):
-            if spec.keys() - {"nodeName"} != other_spec.keys() - {"nodeName"}:
-                return False
-            if any(v != other_spec[k] for k, v in spec.items() if k != "nodeName"):
-                return False
-        elif spec != other_spec:
+            spec, other_spec = {**spec, "nodeName": None}, {**other_spec, "nodeName": None}
+        if spec != other_spec:
             return False
         return all(meta.get(k) == other_meta.get(k) for k in CachedPod.METADATA_READ)
 
