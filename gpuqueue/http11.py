@@ -46,7 +46,10 @@ log = logging.getLogger("gpuqueue.http11")
 
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
-IDLE_SECONDS = 75.0  # as aiohttp's keep-alive timeout; Go's transports drop idle ones at 90 s
+# Longer than Go's transports keep a connection idle (90 s: kube-apiserver's and kube-scheduler's
+# clients), so the client always retires an idle connection first: a connection closed here as
+# the client sends a call on it fails that call (a broken pipe; neither retries a POST).
+IDLE_SECONDS = 120.0
 MAX_AGE_SECONDS = 10.0  # one new TLS connection per 10 s: a few ms, for calls spread over the replicas
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers together
 MAX_QUEUED = 16  # requests pipelined behind one that waits; past that the connection is not read

@@ -57,7 +57,7 @@ class ConnectionLimits:
     max_connections: int = 256
     header_timeout: float = 5.0
     body_timeout: float = 10.0
-    idle_timeout: float = 60.0
+    idle_timeout: float = 120.0  # longer than Go clients keep one idle (http11.IDLE_SECONDS)
     # kube-apiserver sends a review's headers and body in one go, right after its handshake: a
     # connection still in its handshake, headers or body after this long is slow, and is the
     # first to go when a new connection needs its slot.

@@ -194,6 +194,23 @@ def test_component_command_lines():
     assert flag(install, "require-webhook-config") == "", "without its caBundle no webhook can be called: retry"
 
 
+GO_IDLE_CONN_TIMEOUT = 90.0  # how long kube-apiserver's and kube-scheduler's Go clients keep a connection idle
+
+
+def test_the_servers_keep_an_idle_connection_longer_than_their_go_clients():
+    """A server that closes an idle kept-alive connection first can close it just as the client
+    sends a call on it, and that call fails (`write: broken pipe`: a POST whose body went out is
+    not retried; seen once in 50 real phases). Longer than the client: the client retires it."""
+    from gpuqueue import http11
+    from gpuqueue.listener import ConnectionLimits
+
+    webhook = find("Deployment", "gpuqueue-webhook")["spec"]["template"]["spec"]["containers"][0]
+    shipped = flag(webhook, "idle-timeout-seconds")
+    assert shipped is None or float(shipped) > GO_IDLE_CONN_TIMEOUT
+    assert ConnectionLimits().idle_timeout > GO_IDLE_CONN_TIMEOUT
+    assert http11.IDLE_SECONDS > GO_IDLE_CONN_TIMEOUT
+
+
 def all_containers():
     for obj in OBJECTS:
         for pod in render.pod_specs(obj):
