@@ -27,13 +27,22 @@ kube-apiserver's writes per pod, and kube-scheduler's own mean time per scheduli
 scheduling algorithm: its filters, the extender's call and its scores, the serial step of every
 pod; and its Filter and Score extension points alone), read from its /metrics before it restarts.
 
+By default every process runs at the same CPU weight. ``--pod-cpu-shares`` puts each in a cpu
+cgroup with the shares of its pod's CPU request instead, as the kubelet does on a node that runs
+them all: kubeadm's requests for the control plane (kube-apiserver 250m, kube-controller-manager
+200m, kube-scheduler 100m, etcd 100m), manifests/install.yaml's for gpuqueue's extender and
+webhook. On 2 saturated cores, how long a process waits for a CPU each time it wakes (printed per
+phase) is much of what a synchronous call to it costs its caller.
+
     GPUQUEUE_E2E_K8S_BIN=... GPUQUEUE_E2E_ETCD=... GPUQUEUE_E2E_KUBECTL=... \\
         python bench/scheduler_throughput.py [--nodes 500] [--pods 1000] [--runs 3] [--modes backlog,live] [--bare]
+            [--bare-pack] [--pod-cpu-shares]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import ssl
@@ -121,6 +130,55 @@ def scheduler_metrics(e2e: Cluster) -> dict[str, float]:
     return out
 
 
+# CPU requests of the control plane's static pods as kubeadm writes them (their cgroups' weights).
+KUBEADM_REQUESTS = {"kube-apiserver": "250m", "kube-controller-manager": "200m", "kube-scheduler": "100m",
+                    "etcd": "100m"}
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller; cgroup v2 has cpu.weight instead
+
+
+def pod_cpu_shares() -> dict[str, int]:
+    """Each process's cpu.shares as the kubelet sets them for its pod (1024 per CPU requested):
+    kubeadm's for the control plane, manifests/install.yaml's for gpuqueue (the bare extender
+    stands in for gpuqueue's)."""
+    import yaml
+
+    requests = dict(KUBEADM_REQUESTS)
+    manifest = Path(__file__).resolve().parents[1] / "manifests" / "install.yaml"
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if doc and doc.get("kind") == "Deployment" and doc["metadata"]["name"] in ("gpuqueue-extender", "gpuqueue-webhook"):
+            requests[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    requests["bare-extender"] = requests["gpuqueue-extender"]
+    milli = {k: int(v[:-1]) if v.endswith("m") else int(float(v) * 1000) for k, v in requests.items()}
+    return {k: max(2, m * 1024 // 1000) for k, m in milli.items()}
+
+
+def place_in_cgroups(e2e: Cluster, shares: dict[str, int]) -> None:
+    """Every process of the cluster into a cpu cgroup of its own with its pod's shares, as the
+    kubelet puts pods (the bench itself, the fake kubelet, in one of 1024, a node daemon's)."""
+    pids = {p.name: p.pid for p in e2e.c.procs if p.pid is not None and p.alive()}
+    pids["bench"] = os.getpid()
+    for name, pid in pids.items():
+        group = CPU_CGROUPS / "gpuqueue-bench" / name
+        group.mkdir(parents=True, exist_ok=True)
+        (group / "cpu.shares").write_text(str(shares.get(name, 1024)))
+        (group / "cgroup.procs").write_text(str(pid))
+
+
+def leave_cgroups() -> None:
+    top = CPU_CGROUPS / "gpuqueue-bench"
+    if not top.is_dir():
+        return
+    for group in top.iterdir():
+        if group.is_dir():
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    (CPU_CGROUPS / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass  # it ended meanwhile
+            group.rmdir()
+    top.rmdir()
+
+
 def start_bare_extender(e2e: Cluster, pack: int = 0):
     """bench/bare_extender.py on a free port, and kube-scheduler's configuration entry for it."""
     port = e2e.rc.free_ports(1)[0]
@@ -139,7 +197,7 @@ def _listening(port: int) -> bool:
 
 
 def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
-          bare=None) -> tuple[float, float, dict[str, float]]:
+          bare=None, shares: dict[str, int] | None = None) -> tuple[float, float, dict[str, float]]:
     """One Job's pods bound: the rate (see the module's docstring), the webhook calls that
     failed meanwhile (kube-apiserver's calling_webhook_error), and each process's CPU ms per pod
     from kube-scheduler's start (backlog) or the Job's creation (live) to the last binding."""
@@ -154,6 +212,8 @@ def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
     cpu0, w0 = {}, {}
     if mode == "live":
         c.start_scheduler(extender=scheduler_extender)
+        if shares:
+            place_in_cgroups(e2e, shares)
         cpu0, w0 = process_cpu(e2e), writes(e2e)
     e2e.apply(C.job(name, "tput", gpus=1, pods=pods, queue=QUEUE if extender else None))
     if extender:
@@ -161,6 +221,8 @@ def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
     if mode == "backlog":
         e2e.wait_for(f"{pods} pods created", lambda: len(e2e.job_pods(name, "tput")) >= pods, timeout=300, poll=1.0)
         c.start_scheduler(extender=scheduler_extender)
+        if shares:
+            place_in_cgroups(e2e, shares)
         cpu0, w0 = process_cpu(e2e), writes(e2e)
     uids: list[str] = []
 
@@ -187,7 +249,13 @@ def phase(e2e: Cluster, name: str, variant: str, mode: str, pods: int,
     wrote = {k: (v - w0.get(k, 0.0)) / pods for k, v in w1.items() if v - w0.get(k, 0.0) > 0}
     print("  writes per pod: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(wrote.items(), key=lambda kv: -kv[1])),
           flush=True)
-    return rate([e2e.kubelet.bound_at[u] for u in uids]), failed_webhook_calls(e2e) - failed_before, per_pod
+    failed = failed_webhook_calls(e2e) - failed_before
+    if failed:
+        why = [line.strip()[:300] for line in Path(c.logfile("kube-apiserver")).read_text(errors="replace").splitlines()
+               if "failed calling webhook" in line]
+        print("  kube-apiserver on the failed webhook calls (its last lines on them):\n    " + "\n    ".join(why[-3:]),
+              flush=True)
+    return rate([e2e.kubelet.bound_at[u] for u in uids]), failed, per_pod
 
 
 def clean(e2e: Cluster, name: str) -> None:
@@ -204,6 +272,9 @@ def main() -> None:
     ap.add_argument("--modes", default="backlog,live")
     ap.add_argument("--bare", action="store_true", help="also run each mode with an extender that does no work")
     ap.add_argument("--bare-pack", action="store_true", help="the bare extender packs pods onto nodes as gpuqueue does")
+    ap.add_argument("--pod-cpu-shares", action="store_true",
+                    help="run each process in a cpu cgroup with the shares of its pod's CPU request, as the kubelet "
+                         "does (kubeadm's static pods, manifests/install.yaml); needs root and cgroup v1's cpu controller")
     args = ap.parse_args()
     why = missing()
     if why:
@@ -214,6 +285,12 @@ def main() -> None:
     results: dict[tuple[str, str], list[float]] = {}
     variants = ["with", "without"] + (["bare"] if args.bare else [])
     failures: list[float] = []
+    shares = None
+    if args.pod_cpu_shares:
+        if not (CPU_CGROUPS / "cpu.shares").is_file() or not os.access(CPU_CGROUPS, os.W_OK):
+            sys.exit(f"scheduler_throughput.py: --pod-cpu-shares needs a writable cgroup v1 cpu controller at {CPU_CGROUPS}")
+        shares = pod_cpu_shares()
+        print("cpu.shares: " + ", ".join(f"{k} {v}" for k, v in sorted(shares.items())), flush=True)
     try:
         e2e.start()
         e2e.kubelet.passive = True
@@ -225,7 +302,7 @@ def main() -> None:
             for mode in modes:
                 for variant in (variants if run % 2 == 0 else variants[::-1]):
                     name = f"tput-{mode}-{variant}-{run}"
-                    got, failed, cpu = phase(e2e, name, variant, mode, args.pods, bare)
+                    got, failed, cpu = phase(e2e, name, variant, mode, args.pods, bare, shares)
                     results.setdefault((mode, variant), []).append(got)
                     failures.append(failed)
                     print(f"run {run + 1} {mode:7} {variant:7} {got:7.1f} pods/s, "
@@ -235,6 +312,8 @@ def main() -> None:
                     clean(e2e, name)
     finally:
         e2e.stop()
+        if shares:
+            leave_cgroups()
     print(f"\nKubernetes v{'.'.join(map(str, e2e.version))}, {args.nodes} nodes, {args.pods} pods, "
           f"median of {args.runs} alternating runs (real control plane):")
     print(f"  webhook calls failed (calling_webhook_error), all phases: {sum(failures):.0f}")
