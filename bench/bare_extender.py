@@ -29,13 +29,18 @@ def first_candidate(body: bytes, conn) -> Answer:
 
 
 def packing(per_node: int):
-    sent: dict[str, int] = {}
+    # Counted per namespace: every phase of the bench runs its Job in a namespace of its own and
+    # deletes it before the next, and this extender hears of no deletion.
+    sent: dict[tuple[str, str], int] = {}
 
     def fullest_candidate(body: bytes, conn) -> Answer:
-        names = orjson.loads(body).get("NodeNames") or []
-        best = max((n for n in names if sent.get(n, 0) < per_node), key=lambda n: sent.get(n, 0), default=None)
+        args = orjson.loads(body)
+        names = args.get("NodeNames") or []
+        ns = ((args.get("Pod") or {}).get("metadata") or {}).get("namespace") or ""
+        best = max((n for n in names if sent.get((ns, n), 0) < per_node), key=lambda n: sent.get((ns, n), 0),
+                   default=None)
         if best is not None:
-            sent[best] = sent.get(best, 0) + 1
+            sent[ns, best] = sent.get((ns, best), 0) + 1
         return Answer(200, JSON, orjson.dumps({"NodeNames": [best] if best else [], "FailedNodes": {},
                                                "FailedAndUnresolvableNodes": {}, "Error": ""}))
     return fullest_candidate
