@@ -66,6 +66,23 @@ def test_only_a_binding_a_status_or_a_deletion_makes_the_same_cached_pod():
     assert alike == {"binding", "deleted"}
 
 
+# Every metadata field a pod of a real cluster carries that a CachedPod is not made of, changed.
+UNREAD_METADATA = {"generation": 3, "deletionTimestamp": "2026-12-07T22:37:23Z", "deletionGracePeriodSeconds": 0,
+                   "creationTimestamp": "2026-12-07T22:36:39Z", "generateName": "p-", "finalizers": ["a/b"],
+                   "managedFields": [{"manager": "kubelet", "operation": "Update"}]}
+
+
+@pytest.mark.parametrize("key", sorted(UNREAD_METADATA))
+def test_what_made_alike_leaves_out_is_what_a_cached_pod_is_not_made_of(key):
+    """If ``of`` ever reads one of these, made_alike (METADATA_READ) must learn it too."""
+    assert key not in CachedPod.METADATA_READ
+    old = _pod("30")
+    new = copy.deepcopy(old)
+    new["metadata"][key] = UNREAD_METADATA[key]
+    assert CachedPod.made_alike(new, old)
+    assert CachedPod.of(Pod.model_validate(new)) == CachedPod.of(Pod.model_validate(old))
+
+
 def test_an_update_from_a_version_the_view_did_not_take_in_is_read_in_full():
     view = _view()
     view.upsert_pod(_pod("30"))

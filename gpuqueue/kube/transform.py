@@ -41,7 +41,7 @@ def _compile(paths: Iterable[str]) -> _Tree:
             raise ValueError(f"transform path {path!r}: an empty field name")
         if parts[-1].endswith("[]"):
             raise ValueError(f"transform path {path!r}: must end in a field, not a list step")
-        node: _Tree | None = tree
+        node = tree
         for i, part in enumerate(parts):
             each = part.endswith("[]")
             name = part[:-2] if each else part
