@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
 import ssl
 import statistics
@@ -116,17 +115,12 @@ def scheduler_metrics(e2e: Cluster) -> dict[str, float]:
     with urlopen(f"https://127.0.0.1:{c.ports['scheduler']}/metrics", context=ctx, timeout=10) as r:
         text = r.read().decode()
     out = {}
-    for key, metric, labels in (("algorithm", "scheduler_scheduling_algorithm_duration_seconds", ""),
-                                ("filter", "scheduler_framework_extension_point_duration_seconds",
-                                 'extension_point="Filter"'),
-                                ("score", "scheduler_framework_extension_point_duration_seconds",
-                                 'extension_point="Score"')):
+    for key, metric, point in (("algorithm", "scheduler_scheduling_algorithm_duration_seconds", None),
+                               ("filter", "scheduler_framework_extension_point_duration_seconds", "Filter"),
+                               ("score", "scheduler_framework_extension_point_duration_seconds", "Score")):
         for part in ("sum", "count"):
-            total = 0.0
-            for m in re.finditer(rf"^{metric}_{part}(?:{{([^}}]*)}})? ([0-9.e+-]+)$", text, re.M):
-                if labels in (m.group(1) or ""):
-                    total += float(m.group(2))
-            out[f"{key}_{part}"] = total
+            out[f"{key}_{part}"] = sum(v for labels, v in samples(text, f"{metric}_{part}")
+                                       if point is None or labels.get("extension_point") == point)
     return out
 
 

@@ -101,7 +101,7 @@ def scrape(e2e: Cluster) -> str:
     return text
 
 
-LINE = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+|\+Inf)$')
+LINE = re.compile(r'^(\w+)(?:\{([^}]*)\})? ([0-9.e+-]+|\+Inf)$')
 
 
 def samples(text: str, metric: str):
@@ -109,7 +109,7 @@ def samples(text: str, metric: str):
     for line in text.splitlines():
         m = LINE.match(line)
         if m and m.group(1) == metric:
-            yield dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))
+            yield dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")), float(m.group(3))
 
 
 def series(text: str, metric: str, **match: str) -> dict[str, float]:
