@@ -177,7 +177,11 @@ def phase(e2e: Cluster, name: str, pods: int, rate: float, gpu: bool) -> dict:
 
 
 def clean(e2e: Cluster, name: str) -> None:
+    """The phase's namespace deleted and gone: the next phase does not share the cores with the
+    deletion of this one's pods."""
     e2e.delete_namespaces([name])
+    e2e.wait_for(f"namespace {name} gone", lambda: not [n for n in e2e.items("/api/v1/namespaces")
+                                                         if n["metadata"]["name"] == name], timeout=600, poll=1.0)
 
 
 def main() -> None:
