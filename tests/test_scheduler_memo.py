@@ -12,6 +12,7 @@ import pytest
 
 import gpuqueue.extender.scheduler.verbs as verbs
 from gpuqueue.jobframework.unqueued import how_to_queue
+from gpuqueue.jsonmemo import JsonMemo
 from gpuqueue.extender.scheduler.memo import PodMemo
 from gpuqueue.extender.scheduler.verbs import filter_verb, prioritize_verb
 from gpuqueue.extender.scheduler.wire import encode_filter_result, filter_result, split_names_request
@@ -178,13 +179,12 @@ def test_pods_the_cache_does_not_know_share_what_their_spec_asks_and_another_spe
                                    ("e", 0, None)):
         body = wire(job_pod(admitted_body(), uid=uid, gpus=gpus, tolerations=tolerations))
         got = answer(filter_verb(body, view, PodMemo()))
-        remembered = dict(verbs._REQUESTED)
-        verbs._REQUESTED.clear()  # the reference reads the spec afresh
+        remembered = verbs._REQUESTED
+        verbs._REQUESTED = JsonMemo()  # the reference reads the spec afresh
         try:
             assert got == answer(filter_verb(body, mixed_cluster())), uid
         finally:
-            verbs._REQUESTED.clear()
-            verbs._REQUESTED.update(remembered)
+            verbs._REQUESTED = remembered
         if gpus:
             assert got["Error"] == f"gpuqueue: pod team-b/nct-low-1 (uid {uid}) is not in gpuqueue's pod cache"
         else:

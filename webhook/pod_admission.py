@@ -50,6 +50,7 @@ from gpuqueue.jobframework.kinds.pods import (GROUP_NAME_LABEL, GROUP_TOTAL_COUN
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, job_queue_name
 from gpuqueue.jobframework.mutation import mutate_job, suspended_by_parent
 from gpuqueue.jobframework.patch import json_patch
+from gpuqueue.jsonmemo import JsonMemo
 from gpuqueue.jobframework.unqueued import has_controller, why_unqueued
 from gpuqueue.webhook.fielderrors import FieldError, aggregate, forbidden, invalid, required
 from gpuqueue.webhook.job_validation import validate_job
@@ -113,21 +114,39 @@ class PodFacts:
     pod: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as sent
 
 
-def pod_facts(pod: Any, ctx: PodContext) -> PodFacts:
-    """Raises ValueError naming the field when ``pod`` is not shaped like a pod."""
+# The spec fields a pod's requests are made of. The pods of a Job share them byte for byte, and
+# both pod webhooks read every pod: they are checked and summed once per Job (_REQUESTED).
+_REQUEST_FIELDS = frozenset(("containers", "initContainers", "overhead"))
+_REQUESTED: JsonMemo[frozenset[str]] = JsonMemo()
+
+
+def _validated(pod: Any) -> Pod:
     try:
-        model = Pod.model_validate(pod)
+        return Pod.model_validate(pod)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ValueError(".".join(("object", *(str(p) for p in err["loc"]))) + f": {err['msg']}") from None
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):  # the model would take a missing spec for an empty one
-        raise ValueError("object.spec: Required value")
+
+
+def _requested(spec: Mapping[str, Any]) -> frozenset[str]:
+    """What ``spec`` asks a positive amount of; ValueError names a field its requests get wrong."""
+    parts = {k: v for k, v in spec.items() if k in _REQUEST_FIELDS}  # a field missing and one null are not alike
+    return _REQUESTED(parts, lambda: requested_resources(_validated({"spec": parts}).spec))
+
+
+def pod_facts(pod: Any, ctx: PodContext) -> PodFacts:
+    """Raises ValueError naming the field when ``pod`` is not shaped like a pod."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        _validated(pod)  # a pod that is no object at all: the model says so
+        raise ValueError("object.spec: Required value")  # the model would take a missing spec for an empty one
+    model = _validated({**pod, "spec": {k: v for k, v in spec.items() if k not in _REQUEST_FIELDS}})
+    requested = _requested(spec)
     node, scheduler = spec.get("nodeName"), spec.get("schedulerName")
     return PodFacts(
         node_name=node if isinstance(node, str) and node else None,
         scheduler_name=scheduler if isinstance(scheduler, str) and scheduler else None,
-        enforced=ctx.enforcement.enforced_requests(ctx.namespace, requested_resources(model.spec), ctx.covered),
+        enforced=ctx.enforcement.enforced_requests(ctx.namespace, requested, ctx.covered),
         mirror=MIRROR_POD_ANNOTATION in model.metadata.annotations and ctx.username.startswith("system:node:"),
         pod=pod)
 

@@ -12,6 +12,7 @@ from typing import Awaitable, Callable, NamedTuple
 import orjson
 
 from gpuqueue.api.base import ObjectMeta
+from gpuqueue.jsonmemo import JsonMemo
 from gpuqueue.extender.placement.filter import FilterResult, filter_nodes
 from gpuqueue.api.podrequests import engine_pod_requests
 from gpuqueue.extender.placement.kube import InvalidObject, node_info_from_dict, pod_spec
@@ -34,30 +35,21 @@ log = logging.getLogger("gpuqueue.extender")
 
 # What the body's spec asks for is read only for a pod the cache has not seen (to know whether it
 # must wait for the cache); the pods of a Job share their spec, so it is read once per spec JSON.
-_REQUESTED: dict[bytes, frozenset[str]] = {}
-_REQUESTED_SIZE = 256
+_REQUESTED: JsonMemo[frozenset[str]] = JsonMemo()
 
 
 def body_requested(pod: Pod) -> frozenset[str]:
     """The resources the body's spec asks a positive amount of; BadRequest names a field the
     spec gets wrong."""
-    try:
-        key = orjson.dumps(pod.spec)
-    except TypeError:  # not from JSON: read it without the cache
-        key = None
-    requested = _REQUESTED.get(key) if key is not None else None
-    if requested is not None:
-        return requested
+    return _REQUESTED(pod.spec, partial(_spec_requested, pod))
+
+
+def _spec_requested(pod: Pod) -> frozenset[str]:
     try:
         spec = pod_spec(pod.spec)
     except InvalidObject as exc:
         raise BadRequest(f"Pod {_name(pod)}: {exc}") from None
-    requested = frozenset(r for r, v in engine_pod_requests(spec).items() if v > 0)
-    if key is not None:
-        if len(_REQUESTED) >= _REQUESTED_SIZE:
-            del _REQUESTED[next(iter(_REQUESTED))]  # the oldest
-        _REQUESTED[key] = requested
-    return requested
+    return frozenset(r for r, v in engine_pod_requests(spec).items() if v > 0)
 
 
 def _requested_reader(pod: Pod | DecodedPod) -> Callable[[], frozenset[str]]:
