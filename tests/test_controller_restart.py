@@ -169,3 +169,37 @@ async def test_leader_hand_over():
         lease = h.api.cluster.store.get("leases.coordination.k8s.io", ("gpuqueue-system", "gpuqueue-extender"))
         assert lease["spec"]["holderIdentity"] == follower.identity and lease["spec"]["leaseTransitions"] >= 1
         assert h.observer.violations == []
+
+
+async def test_a_leader_that_stops_hands_over_the_lease_only_after_its_writes_have_stopped():
+    """client-go's ReleaseOnCancel contract: the work the Lease guards ends before the Lease is
+    given up. Otherwise, with a write of the old leader still on its way (an admission, an
+    unsuspend), the follower, which takes a released Lease within half a second, could lead and
+    write from its own reading of the cluster at the same time."""
+    objects, jobs, _ = scenario("flame.yaml")
+    opts = dataclasses.replace(FAST, leader_elect=True, lease_duration=5.0, renew_deadline=3.0, retry_period=0.05)
+    async with Harness() as h:
+        for obj in objects:
+            await h.apply(obj)
+        one = await h.controller(opts, identity="one")
+        two = await h.controller(opts, identity="two")
+        await eventually(lambda: one.leader != two.leader and one.ready and two.ready, what="one leader, one warm follower")
+        leader, follower = (one, two) if one.leader else (two, one)
+        held = asyncio.Event()
+        h.api.faults.add(r"/workloads/[^/]+/status$", watch=False, hold=held)  # the admission's write, on its way
+        writes_at_release: list[int] = []
+
+        def on_write(w) -> None:
+            if w.resource.plural == "leases" and w.new and w.new["spec"].get("holderIdentity") != leader.identity:
+                writes_at_release.append(len(leader.writes._background))
+
+        h.api.observe(on_write)
+        await h.submit(jobs[0])
+        await eventually(lambda: h.api.faults.rules[-1].hits == 1, what="the leader's admission write held")
+        assert leader.writes._background
+        await h.kill(leader)
+        held.set()
+        await eventually(lambda: follower.leader and follower.recovered, timeout=4, what="follower leads")
+        assert writes_at_release and writes_at_release[0] == 0, writes_at_release
+        await eventually(lambda: h.running(*job_key(jobs[0])), what="admitted by the new leader")
+        assert h.observer.violations == []

@@ -152,6 +152,7 @@ class Controller:
         self.elector: LeaderElector | None = None
         self._elector_task: asyncio.Task | None = None
         self._leading_task: asyncio.Task | None = None
+        self._stopping = False  # stop() has begun: no term starts
         self._wire_handlers()
         self.pods_ready = PodsReadyTracker(self, o.pods_ready, self.job_reconciler.state_of,
                                            self.job_reconciler.state_of_workload,
@@ -220,6 +221,14 @@ class Controller:
                 self.kinds_by_kind.pop(kind.kind.kind, None)
 
     async def stop(self) -> None:
+        # Writes stop before the elector hands the Lease over (client-go's ReleaseOnCancel asks the
+        # same): a follower takes a released Lease within half a second, and must not lead while a
+        # write of this term is still on its way.
+        self._stopping = True  # and no term starts meanwhile
+        self.leader = False
+        if self._leading_task is not None and not self._leading_task.done():
+            self._leading_task.cancel()
+        await self._stop_writing()
         if self._elector_task is not None:
             self._elector_task.cancel()
             try:
@@ -227,10 +236,6 @@ class Controller:
             except (asyncio.CancelledError, Exception):
                 pass
             self._elector_task = None
-        self.leader = False
-        if self._leading_task is not None and not self._leading_task.done():
-            self._leading_task.cancel()
-        await self._stop_writing()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -257,6 +262,8 @@ class Controller:
     async def _lead_soon(self) -> None:
         """From the elector: start leading in a task of its own, so that waiting for the caches
         never holds up the Lease renewals."""
+        if self._stopping:
+            return
         self._leading_task = asyncio.create_task(self.become_leader(), name="controller:become-leader")
 
     async def become_leader(self) -> None:
