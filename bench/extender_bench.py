@@ -118,7 +118,8 @@ def build_view(seed: int = 1, attempts: int = 0) -> InMemoryClusterView:
     pods = [view.add_pod(orjson.loads(body)["Pod"]) for body, _ in request_bodies()]
     for i in range(attempts):
         k = i % len(pods)
-        view.add_pod(dataclasses.replace(pods[k], uid=f"uid-{k:05d}-{i}"))
+        # at the version attempt() gives the body: kube-scheduler's copy of a pod is the watch's
+        view.add_pod(dataclasses.replace(pods[k], uid=f"uid-{k:05d}-{i}", resource_version=f"{i}{pods[k].resource_version}"))
     return view
 
 

@@ -149,8 +149,8 @@ def test_a_node_filled_between_filter_and_the_next_call_is_seen_full():
 def test_the_memo_is_bounded():
     memo, view = PodMemo(size=4), mixed_cluster()
     view.admit("team-b/train", GH)
-    for k in range(10):
-        filter_verb(known(view, admitted_body(uid=f"u{k}")), view, memo)
+    for k in range(10):  # pods the cache does not hold (yet): the general path, which decodes them
+        filter_verb(wire(admitted_body(uid=f"u{k}")), view, memo)
     assert len(memo) == 4
 
 

@@ -58,7 +58,13 @@ def behind(view: ClusterView, meta: ObjectMeta, verdict: Verdict, result: Filter
         if not view.workloads_quiet and view.workloads_behind(meta.resource_version):
             return ADMISSION
         return None
-    if result is not None and not result.passed and (result.failed or result.unresolvable):
+    return nodes_behind(result) if result is not None else None
+
+
+def nodes_behind(result: FilterResult) -> str | None:
+    """For an admitted pod: the candidate the node cache lacks, when no candidate it holds takes
+    the pod (it may be the one that would)."""
+    if not result.passed and (result.failed or result.unresolvable):
         missing = next((n for n, why in result.reasons().items() if why == NOT_CACHED), None)
         return f"node {missing}" if missing is not None else None
     return None

@@ -20,14 +20,14 @@ from gpuqueue.extender.placement.model import NodeInfo, PodRequest
 from gpuqueue.extender.placement.preemption import NodeVictims, veto
 from gpuqueue.extender.placement.score import choose, extender_scores
 from gpuqueue.extender.placement.topology import outside_assignment
-from gpuqueue.extender.scheduler.catchup import ADMISSION, behind
-from gpuqueue.extender.scheduler.enforce import judge, judge_request
+from gpuqueue.extender.scheduler.catchup import ADMISSION, behind, nodes_behind
+from gpuqueue.extender.scheduler.enforce import judge, judge_pod, judge_request
 from gpuqueue.extender.scheduler.ownership import membership
 from gpuqueue.extender.scheduler.view import (Admitted, ClusterView, NotAdmitted, Retry, Unmanaged, Verdict,
                                               Violation)
 from gpuqueue.extender.scheduler.memo import DecodedPod, PodMemo
 from gpuqueue.extender.scheduler.wire import (BadRequest, ExtenderArgs, ExtenderPreemptionArgs, Pod, decode, decode_names, decode_pod,
-                                     encode_filter_result, encode_host_priorities, filter_error, filter_result,
+                                     encode_filter_result, encode_host_priorities, filter_error, filter_result, pod_head,
                                      preemption_result, split_names_request)
 
 log = logging.getLogger("gpuqueue.extender")
@@ -124,11 +124,11 @@ def _name(pod: Pod) -> str:
 
 
 class _Request(NamedTuple):
-    pod: Pod | DecodedPod
+    pod: Pod | DecodedPod | None  # None: not decoded (_filter_known_version)
     names: list[str]
     infos: dict[str, NodeInfo] | None  # full Nodes by name, when they came
     raws: dict[str, dict] | None  # and their JSON
-    meta: ObjectMeta
+    meta: ObjectMeta | None  # None: not decoded
     fast: bool  # read by the fast path
 
 
@@ -170,6 +170,39 @@ def _judge_filter(req: _Request, view: ClusterView) -> _Judged:
     return _Judged(verdict, violation, result, behind(view, req.meta, verdict, result))
 
 
+def _filter_known_version(body: bytes, view: ClusterView) -> bytes | None:
+    """/filter's answer for the common case, read without decoding the pod: a nodeCacheCapable
+    body whose pod the cache holds at the very version the body names (same uid, namespace,
+    name and resourceVersion: the same object, so its owner and spec are the cache's too), of
+    an admitted Workload, with no policy violation, whose nodes' verdicts are final (no
+    candidate the node cache lacks stands between it and a node). None otherwise: the general
+    path reads the whole body and answers everything else (the pod's refusals, waits for the
+    caches, errors), as it answers this case too."""
+    parts = split_names_request(body)
+    if parts is None:
+        return None
+    head = pod_head(parts[0])
+    if head is None:
+        return None
+    name, namespace, uid, version = head
+    pod = view.pod(uid)
+    if pod is None or (pod.namespace, pod.name, pod.resource_version) != (namespace, name, version):
+        return None
+    verdict, violation = judge_pod(view, pod)
+    if not isinstance(verdict, Admitted) or violation is not None:
+        return None
+    names = decode_names(parts[1])
+    if names is None:
+        return None
+    result = filter_nodes(pod_request(verdict), names, view.nodes)
+    if verdict.topology is not None:
+        _hold_to_assignment(verdict, result, view)
+    if nodes_behind(result) is not None:
+        return None  # the general path waits for the node cache
+    answer = _filter_answer(_Request(None, names, None, None, None, False), view, _Judged(verdict, None, result, None))
+    return orjson.dumps(answer) if isinstance(answer, dict) else answer
+
+
 def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None,
                 wait: float = 0.0) -> dict | bytes | Awaitable[dict | bytes]:
     """/filter's answer. With ``wait`` > 0, a verdict that may only say the caches are behind
@@ -177,6 +210,9 @@ def filter_verb(body: bytes, view: ClusterView, memo: PodMemo | None = None,
     which judges again at each change of the caches and answers once the verdict is final or
     ``wait`` seconds have passed."""
     try:
+        known = _filter_known_version(body, view)
+        if known is not None:
+            return known
         req = _read_request(body, memo)
         judged = _judge_filter(req, view)
     except BadRequest as exc:

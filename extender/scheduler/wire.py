@@ -5,6 +5,7 @@ plain dicts built here so every key is spelled once."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import orjson
@@ -120,6 +121,27 @@ def decode_pod(raw: bytes) -> Pod | None:
         return Pod.model_validate(obj)
     except ValidationError:
         return None
+
+
+# The start of a pod as Go's encoder writes it (ObjectMeta's fields in struct order, compact):
+# name, generateName, namespace, selfLink, uid, resourceVersion. Values with a quote or a
+# backslash (never in a valid name or uid) do not match, nor does any other layout.
+_POD_META_START = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)",(?:"generateName":"[^"\\]*",)?"namespace":"([^"\\]*)",'
+                       rb'(?:"selfLink":"[^"\\]*",)?"uid":"([^"\\]+)","resourceVersion":"([0-9]+)"')
+
+
+def pod_head(raw: bytes) -> tuple[str, str, str, str] | None:
+    """(name, namespace, uid, resourceVersion) read off the start of a pod's JSON laid out as
+    kube-scheduler writes it, without decoding the rest; None for any other layout (the caller
+    then decodes the whole)."""
+    m = _POD_META_START.match(raw)
+    if m is None:
+        return None
+    try:
+        name, namespace, uid, version = (g.decode() for g in m.groups())
+    except UnicodeDecodeError:
+        return None
+    return name, namespace, uid, version
 
 
 def decode_names(raw: bytes) -> list[str] | None:
