@@ -160,13 +160,18 @@ def _hold_to_assignment(verdict: Admitted, result: FilterResult, view: ClusterVi
         result.codes = None  # the choice of one node reads the scores again
 
 
+def _nodes_for(verdict: Admitted, names: list[str], view: ClusterView,
+               infos: dict[str, NodeInfo] | None = None) -> FilterResult:
+    """The candidates' verdicts for an admitted pod: its flavor, the GPUs free, its topology assignment."""
+    result = filter_nodes(pod_request(verdict), names, view.nodes, infos)
+    if verdict.topology is not None:
+        _hold_to_assignment(verdict, result, view)
+    return result
+
+
 def _judge_filter(req: _Request, view: ClusterView) -> _Judged:
     verdict, violation = judge_request(view, req.meta, _requested_reader(req.pod))
-    result = None
-    if isinstance(verdict, Admitted):
-        result = filter_nodes(pod_request(verdict), req.names, view.nodes, req.infos)
-        if verdict.topology is not None:
-            _hold_to_assignment(verdict, result, view)
+    result = _nodes_for(verdict, req.names, view, req.infos) if isinstance(verdict, Admitted) else None
     return _Judged(verdict, violation, result, behind(view, req.meta, verdict, result))
 
 
@@ -194,9 +199,7 @@ def _filter_known_version(body: bytes, view: ClusterView) -> bytes | None:
     names = decode_names(parts[1])
     if names is None:
         return None
-    result = filter_nodes(pod_request(verdict), names, view.nodes)
-    if verdict.topology is not None:
-        _hold_to_assignment(verdict, result, view)
+    result = _nodes_for(verdict, names, view)
     if nodes_behind(result) is not None:
         return None  # the general path waits for the node cache
     answer = _filter_answer(_Request(None, names, None, None, None, False), view, _Judged(verdict, None, result, None))
