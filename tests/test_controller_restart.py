@@ -140,16 +140,21 @@ async def test_restarted_leader_rebuilds_usage_before_admitting():
         await h.pods.held()
 
 
+async def two_replicas(h: Harness, objects: list[dict], opts) -> tuple:
+    """The scenario's objects applied, and two replicas contending for the Lease: (leader, warm follower)."""
+    for obj in objects:
+        await h.apply(obj)
+    one = await h.controller(opts, identity="one")
+    two = await h.controller(opts, identity="two")
+    await eventually(lambda: one.leader != two.leader and one.ready and two.ready, what="one leader, one warm follower")
+    return (one, two) if one.leader else (two, one)
+
+
 async def test_leader_hand_over():
     objects, jobs, later = scenario("flame.yaml")
     opts = dataclasses.replace(FAST, leader_elect=True, lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        one = await h.controller(opts, identity="one")
-        two = await h.controller(opts, identity="two")
-        await eventually(lambda: one.leader != two.leader and one.ready and two.ready, what="one leader, one warm follower")
-        leader, follower = (one, two) if one.leader else (two, one)
+        leader, follower = await two_replicas(h, objects, opts)
         assert follower.synced and follower.engine is None
         for job in jobs:
             await h.submit(job)
@@ -179,12 +184,7 @@ async def test_a_leader_that_stops_hands_over_the_lease_only_after_its_writes_ha
     objects, jobs, _ = scenario("flame.yaml")
     opts = dataclasses.replace(FAST, leader_elect=True, lease_duration=5.0, renew_deadline=3.0, retry_period=0.05)
     async with Harness() as h:
-        for obj in objects:
-            await h.apply(obj)
-        one = await h.controller(opts, identity="one")
-        two = await h.controller(opts, identity="two")
-        await eventually(lambda: one.leader != two.leader and one.ready and two.ready, what="one leader, one warm follower")
-        leader, follower = (one, two) if one.leader else (two, one)
+        leader, follower = await two_replicas(h, objects, opts)
         held = asyncio.Event()
         h.api.faults.add(r"/workloads/[^/]+/status$", watch=False, hold=held)  # the admission's write, on its way
         writes_at_release: list[int] = []
