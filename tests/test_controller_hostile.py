@@ -124,8 +124,8 @@ async def test_parallelism_raised_on_an_admitted_job_evicts_and_requeues_it(owne
         assert (evicted["status"], evicted["reason"]) == ("True", "NoMatchingWorkload")
         assert evicted["message"] == "The Job no longer matches its Workload: pod set main count 1 -> 8"
         assert (requeued["status"], requeued["reason"]) == ("True", "NoMatchingWorkload")
-        reasons = [(t, r) for t, r, _ in events(h, "team-c", "c-wide")]
-        assert ("Normal", "Stopped") in reasons and ("Normal", "UpdatedWorkload") in reasons
+        await eventually(lambda: {("Normal", "Stopped"), ("Normal", "UpdatedWorkload")}
+                         <= {(t, r) for t, r, _ in events(h, "team-c", "c-wide")}, WAIT, "its Events")  # writes of their own
         await h.pods.held()
         assert h.observer.violations == []
 
@@ -160,7 +160,8 @@ async def test_requests_raised_on_a_pending_job_update_its_workload(owned_by):
                           lambda j: set_gpus(j["spec"]["template"]["spec"]["containers"][0], 3))
         await eventually(lambda: pending_message(h, "team-c", "c-grow") == COHORT_FULL_MESSAGE.format(3), WAIT,
                          "the pending message counts 3 GPUs")
-        assert ("Normal", "UpdatedWorkload") in [(t, r) for t, r, _ in events(h, "team-c", "c-grow")]
+        await eventually(lambda: ("Normal", "UpdatedWorkload") in [(t, r) for t, r, _ in events(h, "team-c", "c-grow")],
+                         WAIT, "the UpdatedWorkload Event")
         resources = h.workload_of("team-c", "c-grow")["spec"]["podSets"][0]["template"]["spec"]["containers"][0]
         assert resources["resources"] == {"limits": {"nvidia.com/gpu": 3}}
 
@@ -456,7 +457,9 @@ async def test_a_second_workload_with_a_forged_reservation_is_deleted():
         await h.kube.replace(K.WORKLOADS, created, "status")
         await eventually(lambda: h.api.cluster.store.get(R.WORKLOADS.storage_key, ("team-c", "mine")) is None, WAIT,
                          "deleted")
-        assert ("Normal", "DeletedWorkload", "Deleted not matching Workload: team-c/mine") in events(h, "team-c", "c-x")
+        # the Event is a write of its own after the deletion: it may reach the API a moment later
+        await eventually(lambda: ("Normal", "DeletedWorkload", "Deleted not matching Workload: team-c/mine")
+                         in events(h, "team-c", "c-x"), WAIT, "the deletion's Event")
         assert suspended(h, "team-c", "c-x") and job["metadata"]["uid"] == h.job("team-c", "c-x")["metadata"]["uid"]
         await h.pods.held()
 
