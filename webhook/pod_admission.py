@@ -50,8 +50,8 @@ from gpuqueue.jobframework.kinds.pods import (GROUP_NAME_LABEL, GROUP_TOTAL_COUN
 from gpuqueue.jobframework.managed import ManagedJobsConfig, QueueView, job_queue_name
 from gpuqueue.jobframework.mutation import mutate_job, suspended_by_parent
 from gpuqueue.jobframework.patch import json_patch
-from gpuqueue.jsonmemo import JsonMemo
 from gpuqueue.jobframework.unqueued import has_controller, why_unqueued
+from gpuqueue.jsonmemo import JsonMemo
 from gpuqueue.webhook.fielderrors import FieldError, aggregate, forbidden, invalid, required
 from gpuqueue.webhook.job_validation import validate_job
 from gpuqueue.webhook.kueue_validation import dns_subdomain

@@ -127,7 +127,7 @@ def decode_pod(raw: bytes) -> Pod | None:
 # name, generateName, namespace, selfLink, uid, resourceVersion. Values with a quote or a
 # backslash (never in a valid name or uid) do not match, nor does any other layout.
 _POD_META_START = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)",(?:"generateName":"[^"\\]*",)?"namespace":"([^"\\]*)",'
-                       rb'(?:"selfLink":"[^"\\]*",)?"uid":"([^"\\]+)","resourceVersion":"([0-9]+)"')
+                             rb'(?:"selfLink":"[^"\\]*",)?"uid":"([^"\\]+)","resourceVersion":"([0-9]+)"')
 
 
 def pod_head(raw: bytes) -> tuple[str, str, str, str] | None:
